@@ -35,6 +35,25 @@ class Advantages:
     loss_mask: torch.Tensor
     action_mask: torch.Tensor
     stats: dict[str, float]
+    sample_weight: torch.Tensor | None = None
+
+
+def episode_mean_weights(loss_mask: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+    """Per-decision loss weights [T, B] that give every episode (segment of a column up to a `done`) the same
+    total weight: 1 / its number of masked decisions, scaled so the weights average 1 over the mask.
+
+    With the default token-mean, a failed 50-decision episode outweighs a successful 18-decision one almost 3:1
+    (`algorithm.loss_agg_mode=seq-mean-token-mean` removes that length bias).
+    """
+    b = loss_mask.shape[1]
+    seg = torch.cumsum(done.to(torch.int64), dim=0) - done.to(torch.int64)  # episode index within its column
+    ids = seg + (seg.max() + 1) * torch.arange(b)[None, :]
+    mask = loss_mask.to(torch.float32)
+    counts = torch.zeros(int(ids.max()) + 1).index_add_(0, ids.reshape(-1), mask.reshape(-1))
+    per = counts[ids]
+    weights = torch.where(per > 0, mask / per.clamp(min=1), torch.zeros_like(mask))
+    total = weights.sum()
+    return weights * (mask.sum() / total) if total > 0 else weights
 
 
 def _next_values(batch: RolloutBatch, done: torch.Tensor) -> torch.Tensor:
@@ -130,6 +149,12 @@ def compute_advantages(batch: RolloutBatch, algo: AlgorithmSection) -> Advantage
                 "rollout/returns_min": float(r.min()),
             }
         )
+    weight = episode_mean_weights(loss_mask, done) if algo.loss_agg_mode == "seq-mean-token-mean" else None
     return Advantages(
-        advantages=advantages, returns=returns, loss_mask=loss_mask, action_mask=action_mask, stats=stats
+        advantages=advantages,
+        returns=returns,
+        loss_mask=loss_mask,
+        action_mask=action_mask,
+        stats=stats,
+        sample_weight=weight,
     )

@@ -59,6 +59,8 @@ def flatten_for_update(batch: RolloutBatch, adv: Any) -> dict[str, Any]:
         "mask": adv.loss_mask.reshape(-1),
         "action_mask": adv.action_mask.reshape(t * b, -1),
     }
+    if adv.sample_weight is not None:
+        out["sample_weight"] = adv.sample_weight.reshape(-1)
     if adv.returns is not None and batch.values is not None:
         out["old_values"] = batch.values.reshape(-1)
         out["returns"] = adv.returns.reshape(-1)
@@ -120,6 +122,7 @@ def run_eval(tc: TrainConfig, w: RunWorkers, tag: str) -> dict[str, float]:
         print(
             f"[{tag}] eval {mode}: success {res['success_once']:.2f} over {int(res['num_trajectories'])} episodes"
         )
+    w.rollout.offload()  # rollout.enable_offload (else a no-op)
     return out
 
 
@@ -205,6 +208,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 progress=runner.progress_bar,
                 desc=f"rollout {epoch + 1}/{runner.max_epochs}",
             )
+            w.rollout.offload()  # rollout.enable_offload: free the device for the update (else a no-op)
             state["env_steps"] += batch.env_steps
             timings["time/generate_rollouts"] = time.time() - t0
 
@@ -216,7 +220,10 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             # ---- 3. update: PPO-clip (+ value loss) over minibatches
             t0 = time.time()
             samples = flatten_for_update(batch, adv)
-            train_metrics = w.actor.update(samples, epoch_seed(runner.seed, epoch, 3))
+            train_policy = epoch >= algo.critic_warmup_epochs  # warm-up: fit the critic, keep the policy
+            train_metrics = w.actor.update(
+                samples, epoch_seed(runner.seed, epoch, 3), train_policy=train_policy
+            )
             state["global_step"] = int(w.actor.global_steps())
             timings["time/actor_update"] = time.time() - t0
             if "returns" in samples:

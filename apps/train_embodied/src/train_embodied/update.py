@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from train_embodied.config.sections import AlgorithmSection, OptimSection
+from train_embodied.sharding import all_reduce_sums, clip_grad_norm, num_micro_batches, rank_share
 from vla_algos import entropy_loss, ppo_actor_loss, reduce_logprobs, value_loss
 
 
@@ -32,6 +33,7 @@ class UpdateSettings:
     use_critic: bool
     clip_grad: float
     lr_warmup_steps: int = 0
+    target_kl: float | None = None
 
     @classmethod
     def from_sections(
@@ -52,6 +54,7 @@ class UpdateSettings:
             use_critic=algo.loss_type == "actor_critic",
             clip_grad=optim.clip_grad,
             lr_warmup_steps=optim.lr_warmup_steps,
+            target_kl=algo.target_kl,
         )
 
 
@@ -63,6 +66,9 @@ def ppo_update(
     *,
     generator: torch.Generator,
     start_step: int = 0,
+    train_policy: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> tuple[dict[str, float], int]:
     """Update `policy` on one flattened rollout.
 
@@ -74,6 +80,15 @@ def ppo_update(
         s: Settings.
         generator: Shuffling generator.
         start_step: Optimizer steps taken before this call (for the linear learning-rate warmup).
+        train_policy: False during critic warm-up: only the value loss is minimised (the policy's outputs
+            are still computed for the metrics, and its parameters get no gradient).
+        rank, world_size: This process in a sharded (FSDP2) actor group. Every rank passes the same `batch` and
+            `generator` state; rank r trains on its contiguous share of each minibatch (see
+            `train_embodied.sharding`), and the metrics are summed over the ranks, so every rank returns the
+            metrics of whole minibatches and takes the same early-stop decision.
+
+    Early stop: with `s.target_kl` set, the passes over this rollout end after the first minibatch whose
+    approx-KL to the rollout policy exceeds it (metric `train/actor/early_stopped`).
 
     Returns:
         (mean metrics over minibatches, number of optimizer steps).
@@ -86,24 +101,31 @@ def ppo_update(
     count = 0
     steps = 0
     first_kl = 0.0
+    stopped = False
     for _ in range(s.update_epoch):
+        if stopped:
+            break
         perm = idx_all[torch.randperm(n, generator=generator)]
         for start in range(0, n, s.global_batch_size):
             mb = perm[start : start + s.global_batch_size]
             optimizer.zero_grad(set_to_none=True)
             set_warmup_lr(optimizer, start_step + steps, s.lr_warmup_steps)
             acc: dict[str, float] = {}
-            for m0 in range(0, len(mb), s.micro_batch_size):
-                micro = mb[m0 : m0 + s.micro_batch_size]
-                weight = len(micro) / len(mb)
-                loss, metrics = _micro_loss(policy, batch, micro, s)
+            share = rank_share(mb, rank, world_size)
+            for i in range(num_micro_batches(len(mb), world_size, s.micro_batch_size)):
+                micro = share[i * s.micro_batch_size : (i + 1) * s.micro_batch_size]
+                padding = len(micro) == 0  # FSDP: every rank runs as many passes; this one counts for nothing
+                # FSDP averages gradients over ranks: x world_size makes the result the full-minibatch mean
+                weight = 0.0 if padding else len(micro) * world_size / len(mb)
+                loss, metrics = _micro_loss(
+                    policy, batch, mb[:1] if padding else micro, s, train_policy=train_policy
+                )
                 (loss * weight).backward()
                 for k, v in metrics.items():
-                    acc[k] = acc.get(k, 0.0) + float(v) * weight
+                    acc[k] = acc.get(k, 0.0) + (0.0 if padding else float(v) * (len(micro) / len(mb)))
+            acc = all_reduce_sums(acc)
             params = [p for g in optimizer.param_groups for p in g["params"]]
-            grad_norm = torch.nn.utils.clip_grad_norm_(
-                params, s.clip_grad if s.clip_grad > 0 else float("inf")
-            )
+            grad_norm = clip_grad_norm(params, s.clip_grad if s.clip_grad > 0 else float("inf"))
             optimizer.step()
             steps += 1
             acc["train/actor/grad_norm"] = float(grad_norm)
@@ -112,7 +134,16 @@ def ppo_update(
             for k, v in acc.items():
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
+            if (
+                s.target_kl is not None
+                and train_policy
+                and acc.get("train/actor/approx_kl", 0.0) > s.target_kl
+            ):
+                stopped = True
+                break
     out = {k: v / count for k, v in sums.items()}
+    out["train/actor/early_stopped"] = float(stopped)
+    out["train/actor/policy_trained"] = float(train_policy)
     out["train/actor/lr"] = float(optimizer.param_groups[0]["lr"])
     out["train/actor/first_minibatch_approx_kl"] = first_kl
     out["train/actor/num_samples"] = float(n)
@@ -127,7 +158,7 @@ def set_warmup_lr(optimizer: torch.optim.Optimizer, step: int, warmup_steps: int
 
 
 def _micro_loss(
-    policy: Any, batch: dict[str, Any], idx: torch.Tensor, s: UpdateSettings
+    policy: Any, batch: dict[str, Any], idx: torch.Tensor, s: UpdateSettings, *, train_policy: bool = True
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     fi = {k: v[idx] for k, v in batch["forward_inputs"].items()}
     logprobs, entropy, values = policy.evaluate(fi, compute_values=s.use_critic)
@@ -142,6 +173,10 @@ def _micro_loss(
         else:
             adv = (adv * action_mask).sum(-1) / action_mask.sum(-1).clamp(min=1)
     lp_mask = action_mask if action_mask is not None and new_lp.ndim >= 2 else None
+    if "sample_weight" in batch:  # seq-mean-token-mean: per-decision weights, every episode counts the same
+        w = batch["sample_weight"][idx]
+        w = w.reshape(w.shape + (1,) * (lp_mask.ndim - 1)) * lp_mask if lp_mask is not None else w
+        lp_mask = w
     policy_loss, pm = ppo_actor_loss(
         new_lp,
         old_lp,
@@ -153,6 +188,8 @@ def _micro_loss(
     )
     entropy_mean = entropy_loss(entropy.float(), action_mask)
     loss = policy_loss - s.entropy_bonus * entropy_mean
+    if not train_policy:  # critic warm-up: no gradient reaches the policy through its own loss
+        loss = torch.zeros((), dtype=policy_loss.dtype)
     metrics: dict[str, torch.Tensor] = {
         "train/actor/policy_loss": policy_loss.detach(),
         "train/actor/approx_kl": pm["approx_kl"],

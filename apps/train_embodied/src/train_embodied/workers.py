@@ -7,16 +7,26 @@ boundary is plain numpy / torch / dicts (picklable for Ray).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 import torch
 
-from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection, RolloutSection
+from train_embodied.config.sections import (
+    AlgorithmSection,
+    FSDPSection,
+    ModelSection,
+    OptimSection,
+    RolloutSection,
+)
 from train_embodied.policy_io import build_optimizer, build_policy_for_run, policy_values, select_proprio
+from train_embodied.sharding import save_unsharded, shard_policy
 from train_embodied.update import UpdateSettings, ppo_update
 from vla_envs import EnvConfig, make_env
 from vla_infra import Worker, register
+from vla_infra.offload import ModelOffloader, is_offloaded
 
 
 class EnvWorker(Worker):
@@ -74,7 +84,9 @@ class RolloutWorker(Worker):
     Args:
         model: The `actor.model` section.
         env_spec: `EnvWorker.spec()` (action dimension and range).
-        sampling: The `rollout` section (temperature, top_k).
+        sampling: The `rollout` section (temperature, top_k, `enable_offload`: the policy leaves the device
+            after each rollout / evaluation (`offload`, called by the runner) and comes back on the next
+            `predict`, `values` or `load_weights`).
     """
 
     def __init__(
@@ -87,6 +99,18 @@ class RolloutWorker(Worker):
         self.sampling = sampling
         self.model_section = model
         self.version = -1
+        self.offloader = ModelOffloader(self.policy, enabled=sampling.enable_offload)
+        self.offloader.offload()
+
+    @register("one_to_all", collect="none")
+    def offload(self) -> None:
+        """End of a rollout or evaluation phase: move the policy to host memory (no-op unless enable_offload)."""
+        self.offloader.offload()
+
+    @register("one_to_all", collect="first")
+    def offload_state(self) -> dict[str, bool]:
+        """Whether the policy is offloaded now (`rollout.enable_offload`)."""
+        return {"model": is_offloaded(self.policy)}
 
     @register("one_to_all", collect="none")
     def seed(self, seed: int) -> None:
@@ -97,6 +121,7 @@ class RolloutWorker(Worker):
     @torch.no_grad()
     def predict(self, obs: dict[str, Any], mode: str = "sample") -> dict[str, Any]:
         """Actions [B, C, A], token logprobs [B, C, A], values [B] (or None) and forward_inputs."""
+        self.offloader.reload()  # no-op unless offloaded
         out = self.policy.predict(
             select_proprio(obs, self.model_section),
             mode=mode,
@@ -114,11 +139,13 @@ class RolloutWorker(Worker):
     @torch.no_grad()
     def values(self, obs: dict[str, Any]) -> torch.Tensor:
         """V(obs) float32 [B] (zeros when the policy has no value head)."""
+        self.offloader.reload()
         return policy_values(self.policy, select_proprio(obs, self.model_section)).float().cpu()
 
     @register("one_to_all", collect="none")
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Weight sync: copy the actor's parameters (CPU tensors) into the rollout policy."""
+        self.offloader.reload()
         self.policy.load_state_dict(state_dict)
         self.version = int(version)
 
@@ -133,6 +160,14 @@ class ActorWorker(Worker):
         algorithm: The `algorithm` section.
         micro_batch_size, global_batch_size: Samples per backward pass / per optimizer step.
         seed: Seed of the minibatch shuffling generator.
+        fsdp: The `actor.fsdp_config` section. With more than one rank (one process each, Ray backend) every
+            rank joins the group's process group and the policy is sharded with FSDP2; one rank trains a plain
+            module whatever `fsdp.strategy` says.
+        enable_offload: `actor.enable_offload`: between calls the policy's parameters, gradients and the
+            optimizer state live in host memory; each method that needs them moves them back first.
+
+    Methods that run collectives on a sharded policy (update, state_dict, checkpoints, save_pretrained) are
+    dispatched to every rank; rank 0 returns the result (full, unsharded CPU tensors).
     """
 
     def __init__(
@@ -145,51 +180,91 @@ class ActorWorker(Worker):
         global_batch_size: int,
         seed: int,
         num_threads: int = 1,
+        fsdp: FSDPSection | None = None,
+        enable_offload: bool = False,
     ) -> None:
         if num_threads > 0:
             torch.set_num_threads(num_threads)
-        torch.manual_seed(seed)
+        self.sharded = self.world_size > 1
+        if self.sharded:
+            self.init_process_group()  # gloo on the CPU, nccl on a GPU; rendezvous at rank 0's node
+        torch.manual_seed(seed)  # every rank builds the same initial weights, then keeps its shard
         self.policy = build_policy_for_run(model, env_spec, device=self.device)
+        if self.sharded:
+            shard_policy(self.policy, fsdp or FSDPSection(strategy="fsdp2", sharding_strategy="full_shard"))
         self.policy.eval()
         self.optimizer = build_optimizer(self.policy, optim)
         self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)
         self.generator = torch.Generator().manual_seed(seed)
         self.global_step = 0
+        self.offloader = ModelOffloader(self.policy, self.optimizer, enabled=enable_offload)
+        self.offloader.offload()
 
-    @register("rank_zero")
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The policy's parameters and buffers as CPU tensors (for weight sync and checkpoints)."""
-        return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+    @contextmanager
+    def _on_device(self) -> Iterator[None]:
+        """Policy and optimizer on the worker's device inside the block, back in host memory after it."""
+        self.offloader.reload()
+        try:
+            yield
+        finally:
+            self.offloader.offload()
 
     @register("one_to_all", collect="first")
-    def update(self, batch: dict[str, Any], seed: int) -> dict[str, float]:
+    def offload_state(self) -> dict[str, bool]:
+        """Whether the policy and the optimizer state are offloaded now (`actor.enable_offload`)."""
+        return {"model": is_offloaded(self.policy), "optimizer": is_offloaded(self.optimizer)}
+
+    @register("one_to_all", collect="first")
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The policy's parameters and buffers as full CPU tensors (for weight sync and checkpoints)."""
+        with self._on_device():
+            if self.sharded:
+                from vla_infra.fsdp import full_state_dict
+
+                return full_state_dict(self.policy)  # a collective: rank 0 gets everything, the others {}
+            return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+
+    @register("one_to_all", collect="first")
+    def update(self, batch: dict[str, Any], seed: int, train_policy: bool = True) -> dict[str, float]:
         """Run `update_epoch` passes of minibatch PPO/GRPO over the rollout `batch` (see update.ppo_update).
 
-        `seed` re-seeds the minibatch shuffling, so a resumed run shuffles exactly as an uninterrupted one.
+        `seed` re-seeds the minibatch shuffling, so a resumed run shuffles exactly as an uninterrupted one;
+        `train_policy=False` trains only the critic (warm-up iterations).
         """
         self.generator.manual_seed(int(seed))
         # eval mode on purpose: no dropout, so the recomputed log-probs match the rollout's (ratio 1 at first)
         self.policy.eval()
-        metrics, steps = ppo_update(
-            self.policy, self.optimizer, batch, self.settings, generator=self.generator
-        )
+        with self._on_device():
+            metrics, steps = ppo_update(
+                self.policy,
+                self.optimizer,
+                batch,
+                self.settings,
+                generator=self.generator,
+                train_policy=train_policy,
+                rank=self.rank,
+                world_size=self.world_size,
+            )
         self.global_step += steps
         return metrics
 
-    @register("rank_zero")
+    @register("one_to_all", collect="first")
     def save_checkpoint(self, path: str, trainer_state: dict[str, Any]) -> str:
-        """Atomically write model + optimizer + trainer state + RNG states (vla_infra checkpoint I/O)."""
+        """Atomically write model + optimizer + trainer state + RNG states (vla_infra checkpoint I/O; sharded:
+        every rank writes its optimizer shards, rank 0 the full weights)."""
         from vla_infra.checkpoint import save_checkpoint
 
         state = {**trainer_state, "global_step": self.global_step}
-        return str(save_checkpoint(path, self.policy, self.optimizer, state, overwrite=True))
+        with self._on_device():
+            return str(save_checkpoint(path, self.policy, self.optimizer, state, overwrite=True))
 
     @register("one_to_all", collect="first")
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore model, optimizer and RNG states from `save_checkpoint`'s folder; returns the trainer state."""
         from vla_infra.checkpoint import load_checkpoint
 
-        loaded = load_checkpoint(path, model=self.policy, optimizer=self.optimizer)
+        with self._on_device():
+            loaded = load_checkpoint(path, model=self.policy, optimizer=self.optimizer)
         state = dict(loaded.trainer_state)
         self.global_step = int(state.get("global_step", 0))
         return state
@@ -199,8 +274,16 @@ class ActorWorker(Worker):
         """Optimizer steps taken so far."""
         return self.global_step
 
-    @register("rank_zero")
+    @register("one_to_all", collect="first")
     def save_pretrained(self, path: str) -> str:
         """Write the policy with `save_pretrained` (loadable by `actor.model.model_path`)."""
-        self.policy.save_pretrained(path)
+        with self._on_device():
+            if not self.sharded:
+                self.policy.save_pretrained(path)
+                return path
+            from vla_infra.fsdp import full_state_dict
+
+            weights = full_state_dict(self.policy)  # a collective: rank 0 keeps the full weights
+        if self.rank == 0:
+            save_unsharded(self.policy, weights, path)
         return path

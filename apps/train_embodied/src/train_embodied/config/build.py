@@ -125,6 +125,43 @@ def _check_placement(cluster: ClusterSection) -> list[str]:
     return []
 
 
+def _check_actor_sharding(tc: TrainConfig) -> list[str]:
+    """An actor on several processes is trained sharded (FSDP2): it needs one OS process per rank and FSDP."""
+    try:
+        from vla_infra import resolve_placement
+
+        n = len(
+            resolve_placement(
+                dict(tc.cluster.component_placement),
+                num_nodes=tc.cluster.num_nodes,
+                num_gpus_per_node=tc.cluster.num_gpus_per_node,
+            )["actor"]
+        )
+    except Exception:  # a bad placement is reported by _check_placement
+        return []
+    if n <= 1:
+        return []
+    errors = []
+    where = f"cluster.component_placement gives the actor {n} processes"
+    if tc.cluster.backend != "ray":
+        errors.append(
+            f"cluster.backend={tc.cluster.backend!r} is invalid: {where}, and sharded training needs one OS "
+            "process per rank (the local backend runs every rank in this process): set cluster.backend=ray"
+        )
+    fsdp = tc.actor.fsdp_config
+    if fsdp.strategy == "none":
+        errors.append(
+            f"actor.fsdp_config.strategy={fsdp.strategy!r} is invalid: {where}, which are trained sharded: "
+            "set actor.fsdp_config.strategy=fsdp2 (or fsdp; both mean FSDP2), or place the actor on one process"
+        )
+    elif fsdp.sharding_strategy not in ("full_shard", "shard_grad_op"):
+        errors.append(
+            f"actor.fsdp_config.sharding_strategy={fsdp.sharding_strategy!r} is not supported with {n} actor "
+            "processes: use full_shard or shard_grad_op"
+        )
+    return errors
+
+
 def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
     errors: list[str] = []
     algo, model = tc.algorithm, tc.actor.model
@@ -165,6 +202,7 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
                 )
     errors += _check_task(tc.env_train, "env.train") + _check_task(tc.env_eval, "env.eval")
     errors += _check_placement(tc.cluster)
+    errors += _check_actor_sharding(tc)
     if check_paths:
         if tc.runner.resume_dir and not os.path.isdir(tc.runner.resume_dir):
             errors.append(f"runner.resume_dir={tc.runner.resume_dir!r} is invalid: no such folder")

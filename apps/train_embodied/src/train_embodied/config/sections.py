@@ -20,6 +20,7 @@ LOGGER_BACKENDS = ("tensorboard", "console", "wandb")
 PRECISIONS = ("fp32", "bf16", "fp16")
 MODEL_TYPES = ("openvla", "openvla_oft")
 MODEL_SIZES = ("tiny", "full")
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 
@@ -149,6 +150,9 @@ class AlgorithmSection:
     update_epoch: int = 4
     normalize_advantages: bool = True
     rollout_epoch: int = 1
+    target_kl: float | None = None
+    critic_warmup_epochs: int = 0
+    loss_agg_mode: str = "token-mean"
 
     def check(self, prefix: str) -> list[str]:
         errors = one_of(f"{prefix}.adv_type", self.adv_type, ADV_TYPES)
@@ -171,6 +175,15 @@ class AlgorithmSection:
         errors += at_least(f"{prefix}.group_size", self.group_size, 1)
         errors += at_least(f"{prefix}.update_epoch", self.update_epoch, 1)
         errors += at_least(f"{prefix}.rollout_epoch", self.rollout_epoch, 1)
+        errors += at_least(f"{prefix}.critic_warmup_epochs", self.critic_warmup_epochs, 0)
+        errors += one_of(f"{prefix}.loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
+        if self.target_kl is not None:
+            errors += above(f"{prefix}.target_kl", self.target_kl, 0.0)
+        if self.critic_warmup_epochs > 0 and self.loss_type != "actor_critic":
+            errors.append(
+                f"{prefix}.critic_warmup_epochs={self.critic_warmup_epochs!r} needs a critic: set it to 0 "
+                f"or {prefix}.loss_type=actor_critic"
+            )
         if self.rewards_lower_bound > self.rewards_upper_bound:
             errors.append(
                 f"{prefix}.rewards_lower_bound={self.rewards_lower_bound!r} is invalid: must be <= "
@@ -233,7 +246,7 @@ class OptimSection:
 
 @dataclass
 class FSDPSection:
-    """`actor.fsdp_config`: sharding of the actor across GPUs (unused on one CPU process)."""
+    """`actor.fsdp_config`: FSDP2 sharding of an actor placed on several processes (unused with one process)."""
 
     strategy: str = "none"
     sharding_strategy: str = "no_shard"

@@ -1,0 +1,116 @@
+"""The actor update on a real tiny OpenVLA-OFT: critic warm-up, target-KL early stop, episode-mean weighting."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from train_embodied.advantages import episode_mean_weights
+from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
+from train_embodied.policy_io import build_optimizer, build_policy_for_run
+from train_embodied.update import UpdateSettings, ppo_update
+
+N = 48
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: on 2 shared cores, two threads make these small passes ~8x slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _policy_and_batch(seed: int = 0) -> tuple[torch.nn.Module, dict]:
+    torch.manual_seed(seed)
+    section = ModelSection(
+        image_size=32, extra={"patch_size": 16, "hidden_size": 64, "detach_critic_input": True}
+    )
+    policy = build_policy_for_run(section, None)
+    policy.eval()
+    rng = np.random.default_rng(seed)
+    obs = {
+        "images": rng.integers(0, 255, size=(N, 32, 32, 3), dtype=np.uint8),
+        "states": rng.normal(size=(N, 4)).astype(np.float32),
+        "task_descriptions": ["close the drawer"] * N,
+    }
+    with torch.no_grad():
+        out = policy.predict(obs, mode="sample")
+    batch = {
+        "forward_inputs": out.forward_inputs,
+        "old_logprobs": out.logprobs,
+        "advantages": torch.randn(N, generator=torch.Generator().manual_seed(seed)),
+        "mask": torch.ones(N, dtype=torch.bool),
+        "action_mask": torch.ones(N, 1, dtype=torch.bool),
+        "old_values": out.values,
+        "returns": torch.rand(N),
+    }
+    return policy, batch
+
+
+def _settings(**kw) -> UpdateSettings:
+    algo = AlgorithmSection(update_epoch=kw.pop("update_epoch", 2), **kw)
+    return UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 8, 16)
+
+
+def _update(policy, batch, s: UpdateSettings, **kw) -> tuple[dict, int]:
+    opt = build_optimizer(policy, OptimSection(lr=1e-3, value_lr=1e-3))
+    return ppo_update(policy, opt, batch, s, generator=torch.Generator().manual_seed(0), **kw)
+
+
+def _params(policy, value_head: bool) -> dict[str, torch.Tensor]:
+    return {
+        k: v.detach().clone()
+        for k, v in policy.named_parameters()
+        if ("value_head" in k) == value_head and v.requires_grad
+    }
+
+
+def test_critic_warmup_trains_only_the_value_head() -> None:
+    policy, batch = _policy_and_batch()
+    before_policy, before_value = _params(policy, False), _params(policy, True)
+    metrics, steps = _update(policy, batch, _settings(), train_policy=False)
+    assert steps == 2 * (N // 16) and metrics["train/actor/policy_trained"] == 0.0
+    after_policy, after_value = _params(policy, False), _params(policy, True)
+    assert all(torch.equal(before_policy[k], after_policy[k]) for k in before_policy)
+    assert any(not torch.equal(before_value[k], after_value[k]) for k in before_value)
+    # with the policy trained, its parameters move
+    policy, batch = _policy_and_batch()
+    before_policy = _params(policy, False)
+    _update(policy, batch, _settings())
+    assert any(not torch.equal(before_policy[k], v) for k, v in _params(policy, False).items())
+
+
+def test_target_kl_stops_the_update_early() -> None:
+    policy, batch = _policy_and_batch()
+    full, full_steps = _update(policy, batch, _settings(update_epoch=4))
+    assert full_steps == 4 * (N // 16) and full["train/actor/early_stopped"] == 0.0
+    # the first minibatch sees ratio 1 (KL 0); the second sees the first step's change and stops the passes
+    policy, batch = _policy_and_batch()
+    stopped, steps = _update(policy, batch, _settings(update_epoch=4, target_kl=1e-9))
+    assert steps == 2 < full_steps and stopped["train/actor/early_stopped"] == 1.0
+
+
+def test_episode_mean_weights_give_every_episode_equal_weight() -> None:
+    mask = torch.tensor([[1, 1, 1], [1, 1, 1], [1, 1, 1], [1, 0, 1], [1, 0, 1]], dtype=torch.bool)
+    done = torch.tensor([[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1]], dtype=torch.bool)
+    w = episode_mean_weights(mask, done)
+    # episodes: col 0 rows 0-1 and rows 2-4, col 1 rows 0-2, col 2 rows 0-4
+    totals = [w[0:2, 0].sum(), w[2:5, 0].sum(), w[0:3, 1].sum(), w[:, 2].sum()]
+    assert torch.allclose(torch.stack(totals), totals[0].expand(4))
+    assert torch.all(w[~mask] == 0) and torch.isclose(w[mask].mean(), torch.tensor(1.0))
+
+
+def test_uniform_sample_weights_change_nothing() -> None:
+    policy, batch = _policy_and_batch()
+    plain, _ = _update(policy, batch, _settings())
+    policy, batch = _policy_and_batch()
+    weighted, _ = _update(policy, {**batch, "sample_weight": torch.ones(N)}, _settings())
+    assert weighted["train/actor/policy_loss"] == pytest.approx(plain["train/actor/policy_loss"], rel=1e-5)
+    # non-uniform weights change the loss
+    policy, batch = _policy_and_batch()
+    w = torch.linspace(0.1, 1.9, N)
+    other, _ = _update(policy, {**batch, "sample_weight": w}, _settings())
+    assert other["train/actor/policy_loss"] != pytest.approx(plain["train/actor/policy_loss"], rel=1e-3)

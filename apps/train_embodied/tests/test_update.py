@@ -23,10 +23,12 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _policy_and_batch(seed: int = 0) -> tuple[torch.nn.Module, dict]:
+def _policy_and_batch(seed: int = 0, num_action_chunks: int = 1) -> tuple[torch.nn.Module, dict]:
     torch.manual_seed(seed)
     section = ModelSection(
-        image_size=32, extra={"patch_size": 16, "hidden_size": 64, "detach_critic_input": True}
+        image_size=32,
+        num_action_chunks=num_action_chunks,
+        extra={"patch_size": 16, "hidden_size": 64, "detach_critic_input": True},
     )
     policy = build_policy_for_run(section, None)
     policy.eval()
@@ -114,3 +116,34 @@ def test_uniform_sample_weights_change_nothing() -> None:
     w = torch.linspace(0.1, 1.9, N)
     other, _ = _update(policy, {**batch, "sample_weight": w}, _settings())
     assert other["train/actor/policy_loss"] != pytest.approx(plain["train/actor/policy_loss"], rel=1e-3)
+
+
+@pytest.mark.parametrize("weighted", [True, False], ids=["seq-mean-token-mean", "token-mean"])
+@pytest.mark.parametrize("logprob_type", ["token_level", "action_level", "chunk_level"])
+def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weighted: bool) -> None:
+    """Both aggregations are (weighted) means over the minibatch: one sample per micro-batch (or per rank) must give
+    the same loss and gradient as the whole minibatch in one pass (masked_mean renormalises inside a micro-batch).
+    Two actions per chunk, action-level advantages [N, C] and some unexecuted actions (action_mask False)."""
+    g = torch.Generator().manual_seed(1)
+    w = torch.linspace(0.1, 1.9, N)[torch.randperm(N, generator=g)]
+    action_mask = torch.ones(N, 2, dtype=torch.bool)
+    action_mask[: N // 3, 1] = False  # episodes that ended after the chunk's first action
+    algo = AlgorithmSection(update_epoch=1, logprob_type=logprob_type)
+    results = {}
+    for micro in (16, 1):
+        policy, batch = _policy_and_batch(num_action_chunks=2)
+        batch = {
+            **batch,
+            **({"sample_weight": w} if weighted else {}),
+            "action_mask": action_mask,
+            "advantages": torch.randn(N, 2, generator=torch.Generator().manual_seed(2)) * action_mask,
+        }
+        s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
+        results[micro], _ = _update(policy, batch, s)
+    for key in (
+        "train/actor/policy_loss",
+        "train/actor/grad_norm",
+        "train/actor/approx_kl",
+        "train/entropy_loss",
+    ):
+        assert results[1][key] == pytest.approx(results[16][key], rel=1e-4, abs=1e-7), key

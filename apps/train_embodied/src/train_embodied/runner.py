@@ -220,7 +220,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             # ---- 3. update: PPO-clip (+ value loss) over minibatches
             t0 = time.time()
             samples = flatten_for_update(batch, adv)
-            train_policy = epoch >= algo.critic_warmup_epochs  # warm-up: fit the critic, keep the policy
+            train_policy = epoch >= algo.critic_warmup_epochs  # warm-up: value loss only
             train_metrics = w.actor.update(
                 samples, epoch_seed(runner.seed, epoch, 3), train_policy=train_policy
             )

@@ -82,13 +82,18 @@ def num_micro_batches(minibatch_size: int, world_size: int, micro_batch_size: in
 
 
 def all_reduce_sums(values: dict[str, float]) -> dict[str, float]:
-    """Sum `values` over the ranks of the default process group (every rank must pass the same keys)."""
+    """Sum `values` over the ranks of the default process group (every rank must pass the same keys).
+
+    The sum travels as one float64 tensor on the group's device: the CPU for gloo, this process's GPU for nccl
+    (nccl has no CPU collectives).
+    """
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return values
     keys = sorted(values)
-    packed = torch.tensor([values[k] for k in keys], dtype=torch.float64)
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    packed = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)
     dist.all_reduce(packed, op=dist.ReduceOp.SUM)
-    return dict(zip(keys, packed.tolist()))
+    return dict(zip(keys, packed.cpu().tolist()))
 
 
 def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:

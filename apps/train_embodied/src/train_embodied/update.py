@@ -76,12 +76,17 @@ def ppo_update(
         policy: A vla_models policy (`evaluate(forward_inputs, compute_values=...)`).
         optimizer: Its optimizer.
         batch: N samples: `forward_inputs` (dict of [N, ...]), `old_logprobs` [N, C, A], `advantages` [N] or
-            [N, C], `mask` bool [N], optional `action_mask` bool [N, C] (actions the env executed), and with a critic `old_values` [N], `returns` [N].
+            [N, C], `mask` bool [N], optional `action_mask` bool [N, C] (actions the env executed), optional
+            `sample_weight` float [N] (`loss_agg_mode=seq-mean-token-mean`: the policy loss of a minibatch is
+            its `sample_weight`-weighted mean, whatever the micro-batch / rank split), and with a critic
+            `old_values` [N], `returns` [N]. CPU tensors; each micro-batch goes to the policy's device.
         s: Settings.
         generator: Shuffling generator.
         start_step: Optimizer steps taken before this call (for the linear learning-rate warmup).
         train_policy: False during critic warm-up: only the value loss is minimised (the policy's outputs
-            are still computed for the metrics, and its parameters get no gradient).
+            are still computed for the metrics). Only the value head and what feeds it get gradients: with
+            `actor.model.extra.detach_critic_input=false` (shared backbone) the value loss still moves the
+            backbone, and with it the policy; `detach_critic_input=true` keeps the policy frozen.
         rank, world_size: This process in a sharded (FSDP2) actor group. Every rank passes the same `batch` and
             `generator` state; rank r trains on its contiguous share of each minibatch (see
             `train_embodied.sharding`), and the metrics are summed over the ranks, so every rank returns the
@@ -118,7 +123,7 @@ def ppo_update(
                 # FSDP averages gradients over ranks: x world_size makes the result the full-minibatch mean
                 weight = 0.0 if padding else len(micro) * world_size / len(mb)
                 loss, metrics = _micro_loss(
-                    policy, batch, mb[:1] if padding else micro, s, train_policy=train_policy
+                    policy, batch, mb[:1] if padding else micro, s, train_policy=train_policy, minibatch=mb
                 )
                 (loss * weight).backward()
                 for k, v in metrics.items():
@@ -158,15 +163,26 @@ def set_warmup_lr(optimizer: torch.optim.Optimizer, step: int, warmup_steps: int
 
 
 def _micro_loss(
-    policy: Any, batch: dict[str, Any], idx: torch.Tensor, s: UpdateSettings, *, train_policy: bool = True
+    policy: Any,
+    batch: dict[str, Any],
+    idx: torch.Tensor,
+    s: UpdateSettings,
+    *,
+    train_policy: bool = True,
+    minibatch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     fi = {k: v[idx] for k, v in batch["forward_inputs"].items()}
     logprobs, entropy, values = policy.evaluate(fi, compute_values=s.use_critic)
     new_lp = reduce_logprobs(logprobs.float(), s.logprob_type)
-    old_lp = reduce_logprobs(batch["old_logprobs"][idx], s.logprob_type)
-    adv = batch["advantages"][idx]
+    dev = new_lp.device  # the rollout arrives as CPU tensors; the policy may be on a GPU
+
+    def rows(key: str) -> torch.Tensor:
+        return batch[key][idx].to(dev)
+
+    old_lp = reduce_logprobs(rows("old_logprobs"), s.logprob_type)
+    adv = rows("advantages")
     # actions after an episode's end inside a chunk were never executed: no ratio, no entropy for them
-    action_mask = batch["action_mask"][idx] if "action_mask" in batch else None
+    action_mask = rows("action_mask") if "action_mask" in batch else None
     if adv.ndim > new_lp.ndim:  # action-level advantages with chunk-level log-probs: one per chunk
         if action_mask is None:
             adv = adv.mean(dim=-1)
@@ -174,9 +190,18 @@ def _micro_loss(
             adv = (adv * action_mask).sum(-1) / action_mask.sum(-1).clamp(min=1)
     lp_mask = action_mask if action_mask is not None and new_lp.ndim >= 2 else None
     if "sample_weight" in batch:  # seq-mean-token-mean: per-decision weights, every episode counts the same
-        w = batch["sample_weight"][idx]
+        w = rows("sample_weight")
         w = w.reshape(w.shape + (1,) * (lp_mask.ndim - 1)) * lp_mask if lp_mask is not None else w
         lp_mask = w
+    # masked_mean divides by this micro-batch's mask (weight) sum and the caller scales by len(micro) / len(mb):
+    # rescaling by (mean weight here) / (mean weight over the minibatch) makes the micro-batches (and ranks) add
+    # up to sum(w * loss) / sum(w) over the whole minibatch, whatever the split (exactly 1 with a full mask)
+    mb = idx if minibatch is None else minibatch
+    weight_share = None
+    if lp_mask is not None:
+        weight_share = _share(
+            _decision_weights(batch, idx, lp_mask.ndim), _decision_weights(batch, mb, lp_mask.ndim)
+        )
     policy_loss, pm = ppo_actor_loss(
         new_lp,
         old_lp,
@@ -186,10 +211,17 @@ def _micro_loss(
         clip_ratio_high=s.clip_ratio_high,
         dual_clip=s.clip_ratio_c,
     )
+    if weight_share is not None:
+        weight_share = weight_share.to(dev)
+        policy_loss = policy_loss * weight_share
+        pm = {k: v * weight_share for k, v in pm.items()}
     entropy_mean = entropy_loss(entropy.float(), action_mask)
+    if action_mask is not None:  # a mean over the minibatch's executed actions, as above
+        counts = [batch["action_mask"][i].flatten(1).sum(-1).float() for i in (idx, mb)]
+        entropy_mean = entropy_mean * _share(*counts).to(dev)
     loss = policy_loss - s.entropy_bonus * entropy_mean
-    if not train_policy:  # critic warm-up: no gradient reaches the policy through its own loss
-        loss = torch.zeros((), dtype=policy_loss.dtype)
+    if not train_policy:  # critic warm-up: the policy loss (and entropy bonus) contribute no gradient
+        loss = torch.zeros((), dtype=policy_loss.dtype, device=dev)
     metrics: dict[str, torch.Tensor] = {
         "train/actor/policy_loss": policy_loss.detach(),
         "train/actor/approx_kl": pm["approx_kl"],
@@ -202,8 +234,8 @@ def _micro_loss(
     if s.use_critic:
         vl, vm = value_loss(
             values.float(),
-            batch["old_values"][idx],
-            batch["returns"][idx],
+            rows("old_values"),
+            rows("returns"),
             value_clip=s.value_clip,
             huber_delta=s.huber_delta,
         )
@@ -212,3 +244,17 @@ def _micro_loss(
         metrics["train/critic/value_clip_ratio"] = vm["value_clip_ratio"]
     metrics["train/loss"] = loss.detach()
     return loss, metrics
+
+
+def _decision_weights(batch: dict[str, Any], idx: torch.Tensor, mask_ndim: int) -> torch.Tensor:
+    """Total policy-loss weight of each sample [n]: its `sample_weight` (1 without), times its executed actions
+    when the ratio is taken per action or token (`mask_ndim` >= 2, the action mask then weighs every action)."""
+    w = batch["sample_weight"][idx].float() if "sample_weight" in batch else torch.ones(len(idx))
+    if mask_ndim >= 2 and "action_mask" in batch:
+        w = w * batch["action_mask"][idx].flatten(1).sum(-1).float()
+    return w
+
+
+def _share(here: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:
+    """(mean of `here`) / (mean of `whole`): a micro-batch's share of the minibatch's loss weight, per sample."""
+    return (here.sum() / len(here)) / (whole.sum() / len(whole)).clamp_min(torch.finfo(whole.dtype).tiny)

@@ -1,0 +1,57 @@
+"""The actor update with the policy on a GPU and the rollout batch in host memory (as the runner sends it)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
+from train_embodied.policy_io import build_optimizer, build_policy_for_run
+from train_embodied.update import UpdateSettings, ppo_update
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+N = 16
+
+
+def _cpu(x):
+    return {k: _cpu(v) for k, v in x.items()} if isinstance(x, dict) else x.cpu()
+
+
+@pytest.mark.parametrize("train_policy", [True, False])
+def test_update_on_gpu_with_a_host_batch(train_policy: bool) -> None:
+    torch.manual_seed(0)
+    section = ModelSection(image_size=32, extra={"patch_size": 16, "hidden_size": 64})
+    policy = build_policy_for_run(section, None, device=torch.device("cuda"))
+    policy.eval()
+    rng = np.random.default_rng(0)
+    obs = {
+        "images": rng.integers(0, 255, size=(N, 32, 32, 3), dtype=np.uint8),
+        "states": rng.normal(size=(N, 4)).astype(np.float32),
+        "task_descriptions": ["close the drawer"] * N,
+    }
+    with torch.no_grad():
+        out = policy.predict(obs, mode="sample")
+    batch = {
+        "forward_inputs": _cpu(out.forward_inputs),
+        "old_logprobs": out.logprobs.cpu(),
+        "advantages": torch.randn(N),
+        "mask": torch.ones(N, dtype=torch.bool),
+        "action_mask": torch.ones(N, 1, dtype=torch.bool),
+        "sample_weight": torch.linspace(0.5, 1.5, N),
+        "old_values": out.values.cpu(),
+        "returns": torch.rand(N),
+    }
+    optim = OptimSection(lr=1e-3, value_lr=1e-3)
+    s = UpdateSettings.from_sections(AlgorithmSection(update_epoch=1), optim, 4, 8)
+    metrics, steps = ppo_update(
+        policy,
+        build_optimizer(policy, optim),
+        batch,
+        s,
+        generator=torch.Generator().manual_seed(0),
+        train_policy=train_policy,
+    )
+    assert steps == 2 and np.isfinite(metrics["train/loss"])
+    assert metrics["train/actor/first_minibatch_approx_kl"] < 1e-3

@@ -42,6 +42,9 @@ def fsdp_config_for(section: FSDPSection, policy: nn.Module) -> Any:
         cpu_offload=section.cpu_offload,
         reshard_after_forward=RESHARD_AFTER_FORWARD[section.sharding_strategy],
         wrap_classes=tuple(c for c in BLOCK_CLASSES if c in present),
+        # the policies cast their own float inputs (states) to their dtype; the sampling temperature in the
+        # rollout's forward_inputs must stay fp32, or bf16 mixed precision biases the recomputed log-probs
+        cast_root_inputs=False,
     )
 
 

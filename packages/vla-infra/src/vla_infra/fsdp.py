@@ -77,6 +77,9 @@ class FSDPConfig:
         cpu_offload: keep sharded parameters, grads and optimizer state on the CPU (``CPUOffloadPolicy``).
         reshard_after_forward: free the unsharded parameters after forward (ZeRO-3) or keep them (ZeRO-2).
         wrap_classes: class names of the blocks to shard one by one (e.g. ``("LlamaDecoderLayer",)``).
+        cast_root_inputs: cast the floating-point inputs of the root module's forward (and of its registered
+            forward methods) to ``param_dtype``. False when the model casts its own inputs, e.g. to keep a
+            sampling temperature in fp32 (bf16 turns 1.6 into 1.6015625). Blocks always cast their inputs.
     """
 
     param_dtype: str = "fp32"
@@ -86,6 +89,7 @@ class FSDPConfig:
     cpu_offload: bool = False
     reshard_after_forward: bool = True
     wrap_classes: tuple[str, ...] = field(default_factory=tuple)
+    cast_root_inputs: bool = True
 
     def __post_init__(self) -> None:
         parse_dtype(self.param_dtype, key="param_dtype")
@@ -119,12 +123,15 @@ def mixed_precision_policy(
     param_dtype: str | torch.dtype = "fp32",
     reduce_dtype: str | torch.dtype = "fp32",
     output_dtype: str | torch.dtype | None = None,
+    *,
+    cast_forward_inputs: bool = True,
 ) -> MixedPrecisionPolicy:
     """``MixedPrecisionPolicy`` from dtype strings (e.g. ``("bf16", "fp32")``: bf16 compute, fp32 reduction)."""
     return MixedPrecisionPolicy(
         param_dtype=parse_dtype(param_dtype, key="param_dtype"),
         reduce_dtype=parse_dtype(reduce_dtype, key="reduce_dtype"),
         output_dtype=None if output_dtype is None else parse_dtype(output_dtype, key="output_dtype"),
+        cast_forward_inputs=cast_forward_inputs,
     )
 
 
@@ -215,7 +222,10 @@ def apply_fsdp2(
     # Inner blocks before outer ones: fully_shard must see a nested block before its parent.
     for _, block in reversed(blocks):
         fully_shard(block, **kwargs)
-    fully_shard(model, **kwargs)
+    root_mp = mixed_precision_policy(
+        cfg.param_dtype, cfg.reduce_dtype, cfg.output_dtype, cast_forward_inputs=cfg.cast_root_inputs
+    )
+    fully_shard(model, **{**kwargs, "mp_policy": root_mp})
     return model
 
 

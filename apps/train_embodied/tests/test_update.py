@@ -147,3 +147,27 @@ def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weight
         "train/entropy_loss",
     ):
         assert results[1][key] == pytest.approx(results[16][key], rel=1e-4, abs=1e-7), key
+
+
+def test_lr_warmup_continues_across_rollouts() -> None:
+    """The actor passes its step count: a second rollout's update continues the warmup instead of restarting it."""
+    from train_embodied.workers import ActorWorker
+
+    _, batch = _policy_and_batch()
+    section = ModelSection(
+        image_size=32, extra={"patch_size": 16, "hidden_size": 64, "detach_critic_input": True}
+    )
+    actor = ActorWorker(
+        section,
+        {"action_dim": 4},
+        OptimSection(lr=1e-3, value_lr=1e-3, lr_warmup_steps=10),
+        AlgorithmSection(update_epoch=2),
+        micro_batch_size=8,
+        global_batch_size=16,
+        seed=0,
+    )
+    first = actor.update(batch, seed=1)  # steps 0-5: lr 1e-4 ... 6e-4
+    second = actor.update(batch, seed=2)  # steps 6-11: reaches the full lr at step 9
+    assert actor.global_steps() == 12
+    assert first["train/actor/lr"] == pytest.approx(6e-4)
+    assert second["train/actor/lr"] == pytest.approx(1e-3)

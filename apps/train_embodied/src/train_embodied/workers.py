@@ -241,6 +241,7 @@ class ActorWorker(Worker):
                 batch,
                 self.settings,
                 generator=self.generator,
+                start_step=self.global_step,  # the lr warmup runs over the whole run, not per rollout
                 train_policy=train_policy,
                 rank=self.rank,
                 world_size=self.world_size,

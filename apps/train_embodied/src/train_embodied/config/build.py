@@ -162,6 +162,29 @@ def _check_actor_sharding(tc: TrainConfig) -> list[str]:
     return errors
 
 
+def _check_gpus_here(cluster: ClusterSection) -> list[str]:
+    """GPUs asked for vs CUDA GPUs of this machine, when every component runs here: the local backend, or a
+    private one-node Ray instance (no `cluster.ray_address`). Otherwise the first model build fails deep inside
+    torch ("Torch not compiled with CUDA enabled") after the env workers have started."""
+    if cluster.num_gpus_per_node <= 0 or cluster.num_nodes != 1:
+        return []
+    if cluster.backend == "ray" and cluster.ray_address:
+        return []
+    import torch
+
+    here = torch.cuda.device_count()
+    if here >= cluster.num_gpus_per_node:
+        return []
+    where = (
+        "the local backend" if cluster.backend != "ray" else "a private Ray instance (no cluster.ray_address)"
+    )
+    return [
+        f"cluster.num_gpus_per_node={cluster.num_gpus_per_node!r} is invalid on this machine: it has {here} CUDA "
+        f"GPU(s) and {where} runs every component here (for a CPU run set cluster.num_gpus_per_node=0 and "
+        "cluster.component_placement={env,rollout,actor: all}; to use a Ray cluster set cluster.ray_address)"
+    ]
+
+
 def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
     errors: list[str] = []
     algo, model = tc.algorithm, tc.actor.model
@@ -203,7 +226,8 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
     errors += _check_task(tc.env_train, "env.train") + _check_task(tc.env_eval, "env.eval")
     errors += _check_placement(tc.cluster)
     errors += _check_actor_sharding(tc)
-    if check_paths:
+    if check_paths:  # checks against this machine
+        errors += _check_gpus_here(tc.cluster)
         if tc.runner.resume_dir and not os.path.isdir(tc.runner.resume_dir):
             errors.append(f"runner.resume_dir={tc.runner.resume_dir!r} is invalid: no such folder")
         if model.model_path and not os.path.isdir(model.model_path):
@@ -219,7 +243,8 @@ def build_train_config(cfg: Mapping[str, Any], *, check_paths: bool = True) -> T
 
     Args:
         cfg: The composed config, resolved to plain containers (`OmegaConf.to_container(cfg, resolve=True)`).
-        check_paths: Also check that `runner.resume_dir` and `actor.model.model_path` exist.
+        check_paths: Also check against this machine: `runner.resume_dir` and `actor.model.model_path` exist,
+            and it has the GPUs `cluster` asks for when every component runs on it.
 
     Raises:
         ConfigError: one line per problem.

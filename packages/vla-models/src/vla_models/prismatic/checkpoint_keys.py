@@ -27,11 +27,40 @@ def _split_qkv(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return q, k, v
 
 
+def _attention_names(kind: str) -> dict[str, str]:
+    """Names of the q, k, v and output projections inside one tower block of the installed transformers.
+
+    SigLIP: ``self_attn.{q,k,v,out}_proj``. DINOv2-with-registers: ``attention.{q,k,v,o}_proj`` in transformers
+    5.23; ``attention.attention.{query,key,value}`` and ``attention.output.dense`` in 5.17 (both seen in use).
+    """
+    if kind != "dinov2_reg":
+        return {
+            "q": "self_attn.q_proj",
+            "k": "self_attn.k_proj",
+            "v": "self_attn.v_proj",
+            "o": "self_attn.out_proj",
+        }
+    from transformers.models.dinov2_with_registers import modeling_dinov2_with_registers as dinov2
+
+    if hasattr(dinov2, "Dinov2WithRegistersSelfAttention"):  # the older layout
+        return {
+            "q": "attention.attention.query",
+            "k": "attention.attention.key",
+            "v": "attention.attention.value",
+            "o": "attention.output.dense",
+        }
+    return {
+        "q": "attention.q_proj",
+        "k": "attention.k_proj",
+        "v": "attention.v_proj",
+        "o": "attention.o_proj",
+    }
+
+
 def _tower_to_timm(kind: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     blocks = "encoder.layer." if kind == "dinov2_reg" else "encoder.layers."
-    attn = "attention." if kind == "dinov2_reg" else "self_attn."
-    proj = "o_proj" if kind == "dinov2_reg" else "out_proj"
+    names = _attention_names(kind)
     n1, n2 = ("norm1", "norm2") if kind == "dinov2_reg" else ("layer_norm1", "layer_norm2")
     idx = sorted({int(k[len(blocks) :].split(".")[0]) for k in sd if k.startswith(blocks)})
     for i in idx:
@@ -39,8 +68,8 @@ def _tower_to_timm(kind: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Te
         for kind_ in ("weight", "bias"):
             out[f"{b}norm1.{kind_}"] = sd[f"{p}{n1}.{kind_}"]
             out[f"{b}norm2.{kind_}"] = sd[f"{p}{n2}.{kind_}"]
-            out[f"{b}attn.qkv.{kind_}"] = torch.cat([sd[f"{p}{attn}{x}_proj.{kind_}"] for x in "qkv"], dim=0)
-            out[f"{b}attn.proj.{kind_}"] = sd[f"{p}{attn}{proj}.{kind_}"]
+            out[f"{b}attn.qkv.{kind_}"] = torch.cat([sd[f"{p}{names[x]}.{kind_}"] for x in "qkv"], dim=0)
+            out[f"{b}attn.proj.{kind_}"] = sd[f"{p}{names['o']}.{kind_}"]
             out[f"{b}mlp.fc1.{kind_}"] = sd[f"{p}mlp.fc1.{kind_}"]
             out[f"{b}mlp.fc2.{kind_}"] = sd[f"{p}mlp.fc2.{kind_}"]
         if kind == "dinov2_reg":
@@ -76,8 +105,7 @@ def _tower_to_timm(kind: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Te
 def _tower_from_timm(kind: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
     blocks = "encoder.layer." if kind == "dinov2_reg" else "encoder.layers."
-    attn = "attention." if kind == "dinov2_reg" else "self_attn."
-    proj = "o_proj" if kind == "dinov2_reg" else "out_proj"
+    names = _attention_names(kind)
     n1, n2 = ("norm1", "norm2") if kind == "dinov2_reg" else ("layer_norm1", "layer_norm2")
     idx = sorted({int(m.group(1)) for k in sd if (m := re.match(r"blocks\.(\d+)\.", k))})
     for i in idx:
@@ -86,8 +114,8 @@ def _tower_from_timm(kind: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.
             out[f"{p}{n1}.{kind_}"] = sd[f"{b}norm1.{kind_}"]
             out[f"{p}{n2}.{kind_}"] = sd[f"{b}norm2.{kind_}"]
             for x, t in zip("qkv", _split_qkv(sd[f"{b}attn.qkv.{kind_}"]), strict=True):
-                out[f"{p}{attn}{x}_proj.{kind_}"] = t
-            out[f"{p}{attn}{proj}.{kind_}"] = sd[f"{b}attn.proj.{kind_}"]
+                out[f"{p}{names[x]}.{kind_}"] = t
+            out[f"{p}{names['o']}.{kind_}"] = sd[f"{b}attn.proj.{kind_}"]
             out[f"{p}mlp.fc1.{kind_}"] = sd[f"{b}mlp.fc1.{kind_}"]
             out[f"{p}mlp.fc2.{kind_}"] = sd[f"{b}mlp.fc2.{kind_}"]
         if kind == "dinov2_reg":

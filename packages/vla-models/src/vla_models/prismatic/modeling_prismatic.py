@@ -102,16 +102,18 @@ def _run_tower(
     language: torch.Tensor | None,
 ) -> torch.Tensor:
     """Patch features of the second-to-last block: ``[B, 3, S, S]`` -> ``[B, P, D]``."""
+    h = tower.embeddings(pixels)
     if cfg.kind == "dinov2_reg":
-        h = tower.embeddings(pixels)
         layers = tower.encoder.layer
         prefix = 1 + cfg.num_registers
+        # transformers 5.17 has `forward(hidden_states)` alone; 5.23 adds `attention_mask=None`
+        args: tuple = ()
     else:
-        h = tower.embeddings(pixels)
         layers = tower.encoder.layers
         prefix = 0
+        args = (None,)  # SigLIP's `attention_mask` has no default
     for i, layer in enumerate(layers[:-1]):
-        h = layer(h, None)
+        h = layer(h, *args)
         if film is not None:
             h = film(h, language, i)
     return h[:, prefix:]

@@ -97,6 +97,10 @@ def _cli_errors(main, argv, capsys) -> list[str]:
             "actor.model.add_value_head=False is invalid with algorithm.loss_type='actor_critic'",
         ),
         ("runner.max_epochs=ten", "runner.max_epochs='ten' is invalid: expected int"),
+        (
+            "algorithm.kl_beta=0.1",
+            "algorithm.kl_beta=0.1 is not supported: the KL penalty to a reference policy",
+        ),
         ("algorithm.gama=0.9", "unknown config key 'algorithm.gama'"),
         ("+algorithm.gama=0.9", "unknown key 'algorithm.gama' (did you mean 'algorithm.gamma'?)"),
         ("env@env.train=metaworld_drawer", "unknown option 'env/metaworld_drawer' for config group 'env'"),

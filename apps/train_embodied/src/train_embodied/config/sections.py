@@ -169,7 +169,11 @@ class AlgorithmSection:
         if self.huber_delta is not None:
             errors += above(f"{prefix}.huber_delta", self.huber_delta, 0.0)
         errors += at_least(f"{prefix}.value_loss_coef", self.value_loss_coef, 0.0)
-        errors += at_least(f"{prefix}.kl_beta", self.kl_beta, 0.0)
+        if self.kl_beta != 0.0:  # accepted for the reference configs' sake, which all set 0.0
+            errors.append(
+                f"{prefix}.kl_beta={self.kl_beta!r} is not supported: the KL penalty to a reference policy is not "
+                f"implemented (set 0.0; {prefix}.target_kl and the clip ratios limit how far an update moves)"
+            )
         errors += in_range(f"{prefix}.gamma", self.gamma, 0.0, 1.0)
         errors += in_range(f"{prefix}.gae_lambda", self.gae_lambda, 0.0, 1.0)
         errors += at_least(f"{prefix}.group_size", self.group_size, 1)

@@ -171,3 +171,27 @@ def test_lr_warmup_continues_across_rollouts() -> None:
     assert actor.global_steps() == 12
     assert first["train/actor/lr"] == pytest.approx(6e-4)
     assert second["train/actor/lr"] == pytest.approx(1e-3)
+
+
+def test_lr_warmup_waits_for_the_policy_during_critic_warmup() -> None:
+    """Critic-only iterations run at the full lr and do not spend the warmup: the policy's first step is small."""
+    from train_embodied.workers import ActorWorker
+
+    _, batch = _policy_and_batch()
+    section = ModelSection(
+        image_size=32, extra={"patch_size": 16, "hidden_size": 64, "detach_critic_input": True}
+    )
+    actor = ActorWorker(
+        section,
+        {"action_dim": 4},
+        OptimSection(lr=1e-3, value_lr=1e-3, lr_warmup_steps=10),
+        AlgorithmSection(update_epoch=2),
+        micro_batch_size=8,
+        global_batch_size=16,
+        seed=0,
+    )
+    critic_only = actor.update(batch, seed=1, train_policy=False)  # 6 steps at the full lr
+    assert critic_only["train/actor/lr"] == pytest.approx(1e-3)
+    first_policy = actor.update(batch, seed=2)  # policy steps 0-5: the warmup starts here
+    assert actor.global_steps() == 12 and actor.policy_step == 6
+    assert first_policy["train/actor/lr"] == pytest.approx(6e-4)

@@ -82,7 +82,8 @@ def ppo_update(
             `old_values` [N], `returns` [N]. CPU tensors; each micro-batch goes to the policy's device.
         s: Settings.
         generator: Shuffling generator.
-        start_step: Optimizer steps taken before this call (for the linear learning-rate warmup).
+        start_step: Policy-training optimizer steps taken before this call (the linear learning-rate warmup
+            counts those alone: critic warm-up steps run at the full lr and leave the warmup for the policy).
         train_policy: False during critic warm-up: only the value loss is minimised (the policy's outputs
             are still computed for the metrics). Only the value head and what feeds it get gradients: with
             `actor.model.extra.detach_critic_input=false` (shared backbone) the value loss still moves the
@@ -114,7 +115,7 @@ def ppo_update(
         for start in range(0, n, s.global_batch_size):
             mb = perm[start : start + s.global_batch_size]
             optimizer.zero_grad(set_to_none=True)
-            set_warmup_lr(optimizer, start_step + steps, s.lr_warmup_steps)
+            set_warmup_lr(optimizer, start_step + steps, s.lr_warmup_steps if train_policy else 0)
             acc: dict[str, float] = {}
             share = rank_share(mb, rank, world_size)
             for i in range(num_micro_batches(len(mb), world_size, s.micro_batch_size)):

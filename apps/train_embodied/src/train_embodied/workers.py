@@ -197,6 +197,7 @@ class ActorWorker(Worker):
         self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)
         self.generator = torch.Generator().manual_seed(seed)
         self.global_step = 0
+        self.policy_step = 0  # optimizer steps that trained the policy (the lr warmup's clock)
         self.offloader = ModelOffloader(self.policy, self.optimizer, enabled=enable_offload)
         self.offloader.offload()
 
@@ -241,12 +242,14 @@ class ActorWorker(Worker):
                 batch,
                 self.settings,
                 generator=self.generator,
-                start_step=self.global_step,  # the lr warmup runs over the whole run, not per rollout
+                start_step=self.policy_step,  # the lr warmup runs over the whole run, not per rollout
                 train_policy=train_policy,
                 rank=self.rank,
                 world_size=self.world_size,
             )
         self.global_step += steps
+        if train_policy:
+            self.policy_step += steps
         return metrics
 
     @register("one_to_all", collect="first")
@@ -255,7 +258,7 @@ class ActorWorker(Worker):
         every rank writes its optimizer shards, rank 0 the full weights)."""
         from vla_infra.checkpoint import save_checkpoint
 
-        state = {**trainer_state, "global_step": self.global_step}
+        state = {**trainer_state, "global_step": self.global_step, "policy_step": self.policy_step}
         with self._on_device():
             return str(save_checkpoint(path, self.policy, self.optimizer, state, overwrite=True))
 
@@ -268,6 +271,9 @@ class ActorWorker(Worker):
             loaded = load_checkpoint(path, model=self.policy, optimizer=self.optimizer)
         state = dict(loaded.trainer_state)
         self.global_step = int(state.get("global_step", 0))
+        self.policy_step = int(
+            state.get("policy_step", self.global_step)
+        )  # older checkpoints: no critic-only steps
         return state
 
     @register("rank_zero")

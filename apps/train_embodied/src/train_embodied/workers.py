@@ -271,9 +271,8 @@ class ActorWorker(Worker):
             loaded = load_checkpoint(path, model=self.policy, optimizer=self.optimizer)
         state = dict(loaded.trainer_state)
         self.global_step = int(state.get("global_step", 0))
-        self.policy_step = int(
-            state.get("policy_step", self.global_step)
-        )  # older checkpoints: no critic-only steps
+        # checkpoints written before policy_step existed: count every step as a policy step
+        self.policy_step = int(state.get("policy_step", self.global_step))
         return state
 
     @register("rank_zero")

@@ -104,3 +104,23 @@ def test_first_episode_mask_and_scores():
     torch.testing.assert_close(
         first_episode_scores(rewards, done), torch.tensor([0.0 + 3, 1 + 4 + 7, 2 + 5 + 8 + 11])
     )
+
+
+def test_discounted_scores_rank_a_group_of_successes_by_speed():
+    """gamma < 1: a sparse success reward earlier in the episode scores higher; gamma = 1 is the plain sum."""
+    t = 6
+    done = torch.zeros(t, 3, dtype=torch.bool)
+    rewards = torch.zeros(t, 3)
+    for col, step in enumerate((1, 4)):  # two successes, at decisions 1 and 4
+        done[step, col], rewards[step, col] = True, 1.0
+    rewards[2, 2] = 0.5  # a column that never ends: every step counts
+    torch.testing.assert_close(
+        first_episode_scores(rewards, done, gamma=0.9), torch.tensor([0.9, 0.9**4, 0.5 * 0.81])
+    )
+    torch.testing.assert_close(first_episode_scores(rewards, done), torch.tensor([1.0, 1.0, 0.5]))
+    advantages = compute_grpo_advantages(
+        first_episode_scores(rewards[:, :2], done[:, :2], gamma=0.9), group_size=2
+    )
+    assert advantages[0] > 0 > advantages[1]  # the faster success is preferred
+    with pytest.raises(ValueError, match="gamma must be in"):
+        first_episode_scores(rewards, done, gamma=0.0)

@@ -108,7 +108,7 @@ def compute_advantages(batch: RolloutBatch, algo: AlgorithmSection) -> Advantage
         advantages, returns = gae_advantages(batch, algo)
         loss_mask = batch.loss_mask.clone()
     else:
-        scores = first_episode_scores(batch.rewards.sum(-1), done)
+        scores = first_episode_scores(batch.rewards.sum(-1), done, gamma=algo.gamma)
         advantages = compute_grpo_advantages(scores, group_size=algo.group_size)
         loss_mask = first_episode_mask(done) & batch.loss_mask
         if algo.filter_rewards:

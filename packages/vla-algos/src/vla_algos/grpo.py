@@ -111,17 +111,28 @@ def first_episode_mask(done: torch.Tensor) -> torch.Tensor:
     return ended_before == 0
 
 
-def first_episode_scores(rewards: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-    """Per-column sum of rewards over its first episode: the GRPO trajectory score.
+def first_episode_scores(rewards: torch.Tensor, done: torch.Tensor, gamma: float = 1.0) -> torch.Tensor:
+    """Per-column (discounted) sum of rewards over its first episode: the GRPO trajectory score.
 
     Args:
-        rewards: ``[T, B]`` float.
+        rewards: ``[T, B]`` float; the first episode of every column starts at ``t = 0``.
         done: ``[T, B]`` bool.
+        gamma: discount in ``(0, 1]``. 1 (the default) is the plain sum. Below 1, a sparse success reward scores
+            higher the sooner it comes, so a group whose episodes all succeed still ranks them by speed.
 
     Returns:
-        ``[B]`` float: ``sum(rewards[t, b] for t <= first done of b)``.
+        ``[B]`` float: ``sum(gamma**t * rewards[t, b] for t <= first done of b)``.
     """
     check_float("first_episode_scores", "rewards", rewards)
     check_same_shape("first_episode_scores", "rewards", rewards, done=done)
+    if not 0.0 < gamma <= 1.0:
+        raise ValueError(f"first_episode_scores: gamma must be in (0, 1], got {gamma}")
     mask = first_episode_mask(done)
-    return torch.where(mask, rewards, torch.zeros((), dtype=rewards.dtype, device=rewards.device)).sum(dim=0)
+    kept = torch.where(mask, rewards, torch.zeros((), dtype=rewards.dtype, device=rewards.device))
+    if gamma != 1.0:
+        steps = torch.arange(rewards.shape[0], device=rewards.device, dtype=rewards.dtype)
+        kept = (
+            kept
+            * torch.pow(torch.as_tensor(gamma, dtype=rewards.dtype, device=rewards.device), steps)[:, None]
+        )
+    return kept.sum(dim=0)

@@ -165,7 +165,9 @@ def test_grpo_needs_matching_groups(capsys) -> None:
 
 def test_grpo_score_needs_a_positive_gamma(capsys) -> None:
     lines = _cli_errors(sft_main, ["metaworld_grpo_tiny_cpu", "algorithm.gamma=0"], capsys)
-    assert any("algorithm.gamma=0.0 is invalid with algorithm.adv_type='grpo'" in line for line in lines), lines
+    assert any("algorithm.gamma=0.0 is invalid with algorithm.adv_type='grpo'" in line for line in lines), (
+        lines
+    )
 
 
 def test_unknown_config_name_lists_the_configs(capsys) -> None:

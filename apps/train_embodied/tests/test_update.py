@@ -149,15 +149,14 @@ def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weight
         assert results[1][key] == pytest.approx(results[16][key], rel=1e-4, abs=1e-7), key
 
 
-def test_lr_warmup_continues_across_rollouts() -> None:
-    """The actor passes its step count: a second rollout's update continues the warmup instead of restarting it."""
+def _warmup_actor():
+    """An ActorWorker with a 10-step lr warmup; each update of `_policy_and_batch()`'s batch takes 6 steps."""
     from train_embodied.workers import ActorWorker
 
-    _, batch = _policy_and_batch()
     section = ModelSection(
         image_size=32, extra={"patch_size": 16, "hidden_size": 64, "detach_critic_input": True}
     )
-    actor = ActorWorker(
+    return ActorWorker(
         section,
         {"action_dim": 4},
         OptimSection(lr=1e-3, value_lr=1e-3, lr_warmup_steps=10),
@@ -166,6 +165,12 @@ def test_lr_warmup_continues_across_rollouts() -> None:
         global_batch_size=16,
         seed=0,
     )
+
+
+def test_lr_warmup_continues_across_rollouts() -> None:
+    """The actor passes its step count: a second rollout's update continues the warmup instead of restarting it."""
+    _, batch = _policy_and_batch()
+    actor = _warmup_actor()
     first = actor.update(batch, seed=1)  # steps 0-5: lr 1e-4 ... 6e-4
     second = actor.update(batch, seed=2)  # steps 6-11: reaches the full lr at step 9
     assert actor.global_steps() == 12
@@ -175,21 +180,8 @@ def test_lr_warmup_continues_across_rollouts() -> None:
 
 def test_lr_warmup_waits_for_the_policy_during_critic_warmup() -> None:
     """Critic-only iterations run at the full lr and do not spend the warmup: the policy's first step is small."""
-    from train_embodied.workers import ActorWorker
-
     _, batch = _policy_and_batch()
-    section = ModelSection(
-        image_size=32, extra={"patch_size": 16, "hidden_size": 64, "detach_critic_input": True}
-    )
-    actor = ActorWorker(
-        section,
-        {"action_dim": 4},
-        OptimSection(lr=1e-3, value_lr=1e-3, lr_warmup_steps=10),
-        AlgorithmSection(update_epoch=2),
-        micro_batch_size=8,
-        global_batch_size=16,
-        seed=0,
-    )
+    actor = _warmup_actor()
     critic_only = actor.update(batch, seed=1, train_policy=False)  # 6 steps at the full lr
     assert critic_only["train/actor/lr"] == pytest.approx(1e-3)
     first_policy = actor.update(batch, seed=2)  # policy steps 0-5: the warmup starts here

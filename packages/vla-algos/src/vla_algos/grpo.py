@@ -131,8 +131,5 @@ def first_episode_scores(rewards: torch.Tensor, done: torch.Tensor, gamma: float
     kept = torch.where(mask, rewards, torch.zeros((), dtype=rewards.dtype, device=rewards.device))
     if gamma != 1.0:
         steps = torch.arange(rewards.shape[0], device=rewards.device, dtype=rewards.dtype)
-        kept = (
-            kept
-            * torch.pow(torch.as_tensor(gamma, dtype=rewards.dtype, device=rewards.device), steps)[:, None]
-        )
+        kept = kept * (gamma**steps)[:, None]
     return kept.sum(dim=0)

@@ -144,9 +144,10 @@ def _hidden_configs() -> list[triton.Config]:
     if INTERPRET:  # the interpreter runs each config; one is enough for correctness tests
         return [triton.Config({"BLOCK_N": 16, "BLOCK_K": 32}, num_warps=4)]
     # N row blocks x all A columns per program: small BLOCK_N gives more programs (SMs busy at N ~ 4096),
-    # large BLOCK_N re-reads the action rows of W (from L2) fewer times. The four fastest of 8 configs timed on
-    # an H100 at N = H = 4096, A = 256 (benchmarks/logprob_hidden_variants.py: 42.8, 46.3, 54.7, 60.4 us); few
-    # configs keep the first call's autotuning (each config compiled and timed, per shape) short.
+    # large BLOCK_N re-reads the action rows of W (from L2) fewer times. Kept: the two fastest of 8 configs timed on
+    # an H100 at N = H = 4096, A = 256 (benchmarks/logprob_hidden_variants.py: 42.8, 46.3 us) and two smaller tiles
+    # for batches with few rows (54.7, 60.4 us there). Few configs keep the first call's autotuning (each config
+    # compiled and timed, per shape) short.
     return [
         triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=st)
         for bn, bk, w, st in ((32, 128, 8, 3), (64, 64, 8, 4), (32, 64, 4, 3), (16, 128, 4, 3))

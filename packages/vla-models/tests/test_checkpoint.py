@@ -96,7 +96,6 @@ def _timm_vit_features(sd: dict, prefix: str, kind: str, heads: int, patch: int,
     if kind == "dinov2_reg":
         x = torch.cat([g("cls_token").expand(b, -1, -1), g("reg_token").expand(b, -1, -1), x], dim=1)
     depth = 1 + max(int(k[len(prefix) :].split(".")[1]) for k in sd if k.startswith(prefix + "blocks."))
-    act = (lambda t: F.gelu(t)) if kind == "dinov2_reg" else (lambda t: F.gelu(t, approximate="tanh"))
     d = x.shape[-1]
     for i in range(depth - 1):
         p = f"blocks.{i}."
@@ -108,7 +107,7 @@ def _timm_vit_features(sd: dict, prefix: str, kind: str, heads: int, patch: int,
         x = x + (a * g(p + "ls1.scale_factor") if kind == "dinov2_reg" else a)
         h = F.layer_norm(x, (d,), g(p + "norm2.weight"), g(p + "norm2.bias"), eps=1e-6)
         h = F.linear(
-            act(F.linear(h, g(p + "mlp.fc1.weight"), g(p + "mlp.fc1.bias"))),
+            F.gelu(F.linear(h, g(p + "mlp.fc1.weight"), g(p + "mlp.fc1.bias"))),  # exact GELU in both towers
             g(p + "mlp.fc2.weight"),
             g(p + "mlp.fc2.bias"),
         )

@@ -14,6 +14,7 @@ A published OpenVLA directory (config.json without "vla_models") is read from it
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -24,8 +25,22 @@ from safetensors.torch import load_file, save_file
 
 from vla_models.dtypes import DTYPES, default_dtype
 from vla_models.lora import merged_state_dict
-from vla_models.prismatic.checkpoint_keys import from_openvla_names, to_openvla_names, unused_tower_keys
-from vla_models.prismatic.configuration_prismatic import LanguageModelConfig, PrismaticConfig
+from vla_models.prismatic.checkpoint_keys import (
+    film_state_dict,
+    from_openvla_names,
+    to_openvla_names,
+    unused_tower_keys,
+)
+from vla_models.prismatic.configuration_prismatic import (
+    HEAD_DIMS,
+    OPENVLA_DINOV2_MEAN,
+    OPENVLA_DINOV2_STD,
+    SIGLIP_MEAN,
+    SIGLIP_STD,
+    LanguageModelConfig,
+    PrismaticConfig,
+    VisionTowerConfig,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +48,12 @@ INDEX_NAME = "model.safetensors.index.json"
 KNOWN_TIMM_IDS = ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"]
 _VALUE_HEAD = "value_head."
 _OPTIONAL_PREFIXES = (_VALUE_HEAD,)  # may be absent: a fresh critic on a pretrained actor
-_OWN_PREFIXES = (_VALUE_HEAD, "proprio_projector.", "action_queries")  # stored outside the backbone
+_OWN_PREFIXES = (
+    _VALUE_HEAD,
+    "proprio_projector.",
+    "action_queries",
+    "l1_head.",
+)  # stored outside the backbone
 
 
 def _family_classes() -> dict[str, tuple[type, type]]:
@@ -118,30 +138,115 @@ def save_policy(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 102
     policy.tokenizer.save_pretrained(str(out))
 
 
-def _config_from_prismatic(d: dict[str, Any]) -> dict[str, Any]:
-    """Our OpenVLA config dict from a published OpenVLA config.json."""
+def read_json(path: Path) -> Any:
+    """A JSON file of a checkpoint folder; a missing or malformed file is one line naming it."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
+
+
+def _tower_from_tensors(sd: dict[str, torch.Tensor], prefix: str, kind: str) -> VisionTowerConfig:
+    """Width, depth, MLP size, patch size and registers of a published tower, read from its tensor shapes (the
+    published config.json names only the 7B timm ids); heads follow from the towers' head size."""
+    name = prefix + "patch_embed.proj.weight"
+    if name not in sd:
+        raise ValueError(f"checkpoint lacks {name}")
+    width, patch = sd[name].shape[0], sd[name].shape[-1]
+    depth = 1 + max(
+        (int(k[len(prefix) :].split(".")[1]) for k in sd if k.startswith(prefix + "blocks.")), default=-1
+    )
+    fc1 = sd.get(prefix + "blocks.0.mlp.fc1.weight")
+    if depth < 2 or fc1 is None:
+        raise ValueError(f"checkpoint tower {prefix} has {depth} blocks; at least 2 are needed")
+    head_dim = HEAD_DIMS[kind]
+    if width % head_dim:
+        raise ValueError(f"{name} width {width} is not a multiple of the {kind} head size {head_dim}")
+    reg = sd.get(prefix + "reg_token")
+    extra: dict[str, Any] = {}
+    if kind == "dinov2_reg":
+        extra = dict(
+            num_registers=int(reg.shape[1]) if reg is not None else 0,
+            image_mean=OPENVLA_DINOV2_MEAN,
+            image_std=OPENVLA_DINOV2_STD,
+        )
+    else:
+        extra = dict(image_mean=SIGLIP_MEAN, image_std=SIGLIP_STD)
+    return VisionTowerConfig(
+        kind=kind,
+        hidden_size=int(width),
+        num_layers=int(depth),
+        num_heads=int(width // head_dim),
+        mlp_dim=int(fc1.shape[0]),
+        patch_size=int(patch),
+        **extra,
+    )
+
+
+def _normalize_params(folder: Path, n_towers: int) -> list[tuple[tuple, tuple]] | None:
+    """Per-tower ``(mean, std)`` the released processor normalises with (``tvf_normalize_params`` of
+    preprocessor_config.json), or None when the folder has no such file."""
+    f = folder / "preprocessor_config.json"
+    if not f.exists():
+        return None
+    params = read_json(f).get("tvf_normalize_params")
+    if params is None:
+        return None
+    if len(params) != n_towers:
+        raise ValueError(f"{f}: tvf_normalize_params has {len(params)} entries for {n_towers} vision towers")
+    return [(tuple(float(x) for x in p["mean"]), tuple(float(x) for x in p["std"])) for p in params]
+
+
+def _config_from_prismatic(
+    d: dict[str, Any], sd: dict[str, torch.Tensor] | None = None, folder: Path | None = None
+) -> dict[str, Any]:
+    """Our OpenVLA config dict from a published OpenVLA config.json (tower sizes from the tensors in ``sd``;
+    normalisation constants from ``folder``'s preprocessor_config.json; LM sizes from ``text_config`` with the
+    ``LlamaConfig`` defaults the published model runs with: 7B sizes, ``rms_norm_eps`` 1e-6)."""
     if list(d.get("timm_model_ids", [])) != KNOWN_TIMM_IDS:
         raise ValueError(f"unsupported timm_model_ids {d.get('timm_model_ids')}; supported: {KNOWN_TIMM_IDS}")
+    if "text_config" not in d:
+        raise ValueError("config.json has no text_config (not an OpenVLA config)")
     tc = d["text_config"]
     base = PrismaticConfig.openvla_7b()
+    heads = tc.get("num_attention_heads", 32)
     text = LanguageModelConfig(
         hidden_size=tc.get("hidden_size", 4096),
         num_layers=tc.get("num_hidden_layers", 32),
-        num_heads=tc.get("num_attention_heads", 32),
-        num_kv_heads=tc.get("num_key_value_heads", tc.get("num_attention_heads", 32)),
+        num_heads=heads,
+        num_kv_heads=tc.get("num_key_value_heads") or heads,
         intermediate_size=tc.get("intermediate_size", 11008),
         max_position_embeddings=tc.get("max_position_embeddings", 2048),
-        rms_norm_eps=tc.get("rms_norm_eps", 1e-5),
+        rms_norm_eps=tc.get("rms_norm_eps", 1e-6),
+        rope_theta=tc.get("rope_theta", 10000.0),
     )
+    towers = base.vision_towers
+    if sd is not None:
+        towers = (
+            _tower_from_tensors(sd, "vision_backbone.featurizer.", "dinov2_reg"),
+            _tower_from_tensors(sd, "vision_backbone.fused_featurizer.", "siglip"),
+        )
+    norm = _normalize_params(folder, len(towers)) if folder is not None else None
+    if norm is not None:
+        towers = tuple(
+            dataclasses.replace(t, image_mean=m, image_std=s) for t, (m, s) in zip(towers, norm, strict=True)
+        )
     pad = int(d.get("pad_token_id", 32000))
     backbone = PrismaticConfig(
         image_size=int(d.get("image_sizes", [224])[0]),
-        vision_towers=base.vision_towers,
+        vision_towers=towers,
         text=text,
         vocab_size=pad,  # OpenVLA appends <PAD> right after the base vocabulary
         pad_to_multiple_of=int(d.get("pad_to_multiple_of", 64)),
         pad_token_id=pad,
     )
+    if "vocab_size" in tc and tc["vocab_size"] != backbone.padded_vocab_size:
+        raise ValueError(
+            f"text_config.vocab_size={tc['vocab_size']} does not match pad_token_id {pad} padded to a multiple "
+            f"of {backbone.pad_to_multiple_of} ({backbone.padded_vocab_size})"
+        )
     stats = d.get("norm_stats")
     return {"backbone": backbone, "n_action_bins": int(d.get("n_action_bins", 256)), "norm_stats": stats}
 
@@ -150,20 +255,125 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of a checkpoint directory (sharded with an index, or a single ``model.safetensors``)."""
     p = Path(path)
     if (p / INDEX_NAME).exists():
-        index = json.loads((p / INDEX_NAME).read_text())
-        sd: dict[str, torch.Tensor] = {}
-        for name in sorted(set(index["weight_map"].values())):
-            sd.update(load_file(str(p / name)))
-        return sd
-    if (p / "model.safetensors").exists():
-        return load_file(str(p / "model.safetensors"))
-    raise FileNotFoundError(
-        f"{p} has neither {INDEX_NAME} nor model.safetensors (only safetensors are loaded)"
+        index = read_json(p / INDEX_NAME)
+        if not isinstance(index, dict) or "weight_map" not in index:
+            raise ValueError(f"{p / INDEX_NAME} has no 'weight_map'")
+        files = [p / name for name in sorted(set(index["weight_map"].values()))]
+    elif (p / "model.safetensors").exists():
+        files = [p / "model.safetensors"]
+    else:
+        raise FileNotFoundError(
+            f"{p} has neither {INDEX_NAME} nor model.safetensors (only safetensors are loaded)"
+        )
+    sd: dict[str, torch.Tensor] = {}
+    for f in files:
+        if not f.is_file():
+            raise FileNotFoundError(f"{f} (listed in {INDEX_NAME}) does not exist")
+        try:
+            sd.update(load_file(str(f)))
+        except Exception as e:  # safetensors raises its own error types for a truncated/corrupt file
+            raise ValueError(f"{f} is not a readable safetensors file: {e}") from None
+    return sd
+
+
+# settings that describe the architecture: a loaded folder fixes them, and a differing user value is an error
+ARCHITECTURE_KEYS = (
+    "model_type",
+    "action_dim",
+    "num_action_chunks",
+    "n_action_bins",
+    "use_proprio",
+    "proprio_dim",
+    "num_images_in_input",
+    "use_film",
+    "action_query",
+    "implement_version",
+    "image_size",
+    "patch_size",
+    "hidden_size",
+)
+# keys that describe the backbone, compared against it rather than set
+_BACKBONE_KEYS = {
+    "image_size": lambda b: b.image_size,
+    "patch_size": lambda b: b.vision_towers[0].patch_size,
+    "hidden_size": lambda b: b.text.hidden_size,
+}
+# OpenVLA-OFT's training writes these next to the merged model (torch.save of a DDP-wrapped state dict)
+SIDE_FILES = {
+    "proprio_projector": "proprio_projector--*_checkpoint.pt",
+    "l1_head": "action_head--*_checkpoint.pt",
+    "film": "vision_backbone--*_checkpoint.pt",
+}
+
+
+def _side_file(folder: Path, kind: str) -> Path | None:
+    """The one ``<kind>--<step>_checkpoint.pt`` of ``folder`` (None if absent; several is an error)."""
+    found = sorted(folder.glob(SIDE_FILES[kind]))
+    if len(found) > 1:
+        raise ValueError(
+            f"{folder} holds several {SIDE_FILES[kind]} files {[f.name for f in found]}; keep one"
+        )
+    return found[0] if found else None
+
+
+def read_side_file(path: Path) -> dict[str, torch.Tensor]:
+    """Tensors of an OpenVLA-OFT side file, read with ``torch.load(weights_only=True)`` (plain tensors only, no
+    code objects), a leading ``module.`` (DDP) stripped."""
+    try:
+        sd = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # unpickling refused or a corrupt file
+        raise ValueError(f"{path} cannot be read as a tensor state dict (weights_only=True): {e}") from None
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ValueError(f"{path} is not a state dict of tensors")
+    return {k.removeprefix("module."): v for k, v in sd.items()}
+
+
+def _contradiction(path: Path, key: str, value: Any, saved: Any) -> ValueError:
+    return ValueError(
+        f"{key}={value!r} contradicts the checkpoint at {path}, which has {key}={saved!r}; "
+        f"set {key}: {saved!r} or leave it unset"
     )
 
 
+def _check_against(path: Path, given: dict[str, Any], facts: dict[str, Any]) -> None:
+    for key, value in given.items():
+        if key in facts and facts[key] is not None and value is not None and value != facts[key]:
+            raise _contradiction(path, key, value, facts[key])
+
+
+def _published_oft_facts(folder: Path, side: dict[str, dict[str, torch.Tensor]]) -> dict[str, Any]:
+    """What the side files fix: proprio size (projector input), action size (L1 head output)."""
+    facts: dict[str, Any] = {}
+    if "proprio_projector" in side:
+        w = side["proprio_projector"].get("fc1.weight")
+        if w is None:
+            raise ValueError(f"{_side_file(folder, 'proprio_projector')} has no fc1.weight")
+        facts["proprio_dim"] = int(w.shape[1])
+    if "l1_head" in side:
+        w = side["l1_head"].get("model.fc2.weight")
+        if w is None:
+            raise ValueError(f"{_side_file(folder, 'l1_head')} has no model.fc2.weight")
+        facts["action_dim"] = int(w.shape[0])
+    return facts
+
+
 def load_policy(path: str | Path, **overrides: Any) -> Any:
-    """Load a policy from a local checkpoint directory.
+    """Load a policy from a local checkpoint directory: one written by ``save_pretrained``, a published OpenVLA
+    folder, or an OpenVLA-OFT training folder (merged model + side files).
+
+    Architecture settings (``ARCHITECTURE_KEYS``: ``model_type``, ``action_dim``, ``num_action_chunks``,
+    ``use_proprio``, ``proprio_dim``, ``num_images_in_input``, ``use_film``, ``implement_version``,
+    ``image_size``, ``patch_size``, ``hidden_size``, ...) that the folder fixes must agree with it (an error
+    names the key, the given value and the checkpoint's); what a published folder cannot say (the OFT layout,
+    chunk size, cameras) comes from them. Everything else (LoRA, value head, precision, ``unnorm_key``,
+    ``action_head``, ...) overrides the saved config.
+
+    Published folders: towers are sized from their tensors, the DINOv2 normalisation comes from
+    ``preprocessor_config.json``, statistics from ``dataset_statistics.json``. ``model_type="openvla_oft"``
+    reads OpenVLA-OFT's side files with ``torch.load(weights_only=True)``: ``proprio_projector--*.pt``
+    (``use_proprio``; default: present), ``action_head--*.pt`` (``action_head="l1"``) and
+    ``vision_backbone--*.pt`` (``use_film``; default: present). A side file whose feature is switched off is
+    not used (logged); a feature switched on without its file is an error.
 
     The value head follows the (overridden) config, whatever the checkpoint holds:
 
@@ -174,45 +384,105 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
     * a checkpoint holding only part of the value head's tensors is refused (ValueError naming them).
 
     Args:
-        path: directory in the OpenVLA layout.
-        **overrides: config fields to change (e.g. ``is_lora=True``, ``add_value_head=True``,
-            ``precision="fp32"``, ``unnorm_key=...``).
+        path: checkpoint directory.
+        **overrides: config fields (see above).
 
     Raises:
-        FileNotFoundError: no ``config.json`` or no safetensors weights in ``path``.
-        ValueError: the weights do not match the config (missing or unexpected tensors, named).
+        FileNotFoundError: no such directory, no ``config.json``, no weights, or a side file a setting needs.
+        ValueError: a malformed file, a setting the checkpoint contradicts, or weights that do not fit the
+            config (missing/unexpected tensors or a wrong shape, named).
     """
     from vla_models.tokenizer import load_tokenizer
 
     p = Path(path)
-    if not (p / "config.json").exists():
-        raise FileNotFoundError(f"{p / 'config.json'} does not exist")
-    d = json.loads((p / "config.json").read_text())
+    if not p.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {p} does not exist")
+    d = read_json(p / "config.json")
+    if not isinstance(d, dict):
+        raise ValueError(f"{p / 'config.json'} does not hold a JSON object")
+    families = _family_classes()
+    overrides = dict(overrides)
+    lora_path = overrides.pop("lora_path", None)
+    merge_lora = overrides.pop("merge_lora", None)
+    given = {k: overrides.pop(k) for k in ARCHITECTURE_KEYS if k in overrides}
+    sd = read_state_dict(p)
+    side: dict[str, dict[str, torch.Tensor]] = {}
     if "vla_models" in d:
         cd = dict(d["vla_models"])
         family = cd.pop("family", "openvla")
+        facts = {k: v for k, v in cd.items() if k in ARCHITECTURE_KEYS}
+        facts["model_type"] = family
+        backbone = PrismaticConfig(**cd["backbone"]) if isinstance(cd.get("backbone"), dict) else None
+        if backbone is not None:
+            facts.update({k: f(backbone) for k, f in _BACKBONE_KEYS.items()})
+        _check_against(p, given, facts)
     else:
-        cd, family = _config_from_prismatic(d), "openvla"
+        cd = _config_from_prismatic(d, sd, p)
         if (p / "dataset_statistics.json").exists():
-            cd["norm_stats"] = json.loads((p / "dataset_statistics.json").read_text())
-    families = _family_classes()
+            cd["norm_stats"] = read_json(p / "dataset_statistics.json")
+        present = {kind: f for kind in SIDE_FILES if (f := _side_file(p, kind)) is not None}
+        family = given.get("model_type") or ("openvla_oft" if present else "openvla")
+        if family not in families:
+            raise ValueError(f"model_type={family!r} is not supported; allowed: {sorted(families)}")
+        facts = {k: f(cd["backbone"]) for k, f in _BACKBONE_KEYS.items()}
+        if family == "openvla_oft":
+            wanted = {
+                "proprio_projector": given.get("use_proprio", "proprio_projector" in present),
+                "l1_head": overrides.get("action_head", "discrete") == "l1",
+                "film": given.get("use_film", "film" in present),
+            }
+            switch = {
+                "proprio_projector": "use_proprio=True",
+                "l1_head": "action_head='l1'",
+                "film": "use_film=True",
+            }
+            for kind, on in wanted.items():
+                if on and kind not in present:
+                    raise FileNotFoundError(
+                        f"{switch[kind]} needs {p / SIDE_FILES[kind]}, which does not exist"
+                    )
+                if on:
+                    side[kind] = read_side_file(present[kind])
+                elif kind in present:
+                    logger.info("%s: %s is not used (%s is off)", p, present[kind].name, switch[kind])
+            facts.update(_published_oft_facts(p, side))
+            cd["use_proprio"] = wanted["proprio_projector"]
+            cd["use_film"] = wanted["film"]
+        elif present:
+            logger.info(
+                "%s: OpenVLA-OFT side files %s are not used (model_type='openvla')", p, sorted(present)
+            )
+        _check_against(p, {k: v for k, v in given.items() if k != "model_type"}, facts)
+        for k in ("proprio_dim", "action_dim"):
+            if k in facts and k not in given:
+                cd[k] = facts[k]
     if family not in families:
         raise ValueError(
             f"unknown model family {family!r} in {p / 'config.json'}; allowed: {sorted(families)}"
         )
     cfg_cls, policy_cls = families[family]
+    cd.update({k: v for k, v in given.items() if k not in _BACKBONE_KEYS and k != "model_type"})
     cd.update(overrides)
     cd["model_path"] = str(p)
     cd["tokenizer"] = "checkpoint"
     cfg = cfg_cls.from_dict(cd)
     with default_dtype(DTYPES[cfg.precision]):  # a 7B model is never materialised in fp32
         policy = policy_cls(cfg, load_tokenizer(p))
-    sd = from_openvla_names(read_state_dict(p), cfg.backbone.vision_towers)
+    if "film" in side:
+        sd.update(film_state_dict(side.pop("film"), cfg.backbone.vision_towers))
+    sd = from_openvla_names(sd, cfg.backbone.vision_towers)
+    for kind, tensors in side.items():
+        sd.update({f"{kind}.{k}": v for k, v in tensors.items()})
     own = {(k if k.startswith(_OWN_PREFIXES) else "backbone." + k): v for k, v in sd.items()}
     saved_head = sorted(k for k in own if k.startswith(_VALUE_HEAD))
     if saved_head and policy.value_head is None:
         logger.info("%s: dropping the checkpoint's value head (add_value_head=False): %s", p, saved_head)
         own = {k: v for k, v in own.items() if not k.startswith(_VALUE_HEAD)}
+    saved_l1 = [k for k in own if k.startswith("l1_head.")]
+    if saved_l1 and policy.l1_head is None:
+        logger.info("%s: the L1 action head is not used (action_head='discrete')", p)
+        own = {k: v for k, v in own.items() if not k.startswith("l1_head.")}
+    _check_shapes(p, policy, own)
     missing, unexpected = policy.load_state_dict(own, strict=False)
     if saved_head and any(k.startswith(_VALUE_HEAD) for k in missing):
         # optional as a whole (a fresh critic), never in part: keep the partial head's keys in the error
@@ -226,4 +496,21 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
         raise ValueError(
             f"checkpoint {p} does not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
-    return policy.finalize()
+    policy = policy.finalize()
+    if lora_path is not None:
+        from vla_models.lora import load_lora_adapter
+
+        load_lora_adapter(policy, lora_path, merge=bool(merge_lora))
+    return policy
+
+
+def _check_shapes(path: Path, policy: Any, sd: dict[str, torch.Tensor]) -> None:
+    """A tensor whose shape differs from the model's is one line naming it (not torch's multi-line error)."""
+    own = policy.state_dict()
+    for k, v in sd.items():
+        if k in own and tuple(own[k].shape) != tuple(v.shape):
+            name = k.removeprefix("backbone.")
+            raise ValueError(
+                f"checkpoint {path}: tensor {name} has shape {list(v.shape)}, the config needs "
+                f"{list(own[k].shape)}"
+            )

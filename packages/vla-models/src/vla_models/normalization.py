@@ -46,9 +46,11 @@ class BoundsNormalizer:
         q01: low bound per dimension ``[D]``.
         q99: high bound per dimension ``[D]``.
         mask: which dimensions are normalised ``[D]`` (default all).
+        eps: added to ``q99 - q01`` in both directions (OpenVLA-OFT: 1e-8; OpenVLA: 0).
     """
 
-    def __init__(self, *, q01: Any, q99: Any, mask: Any | None = None) -> None:
+    def __init__(self, *, q01: Any, q99: Any, mask: Any | None = None, eps: float = 0.0) -> None:
+        self.eps = float(eps)
         self.low = torch.as_tensor(q01, dtype=torch.float32).flatten()
         self.high = torch.as_tensor(q99, dtype=torch.float32).flatten()
         if self.low.shape != self.high.shape:
@@ -74,29 +76,47 @@ class BoundsNormalizer:
         """``[..., D]`` in ``[-1, 1]`` -> env units (float32)."""
         self._check(x, "normalised input")
         low, high, mask = (t.to(x.device) for t in (self.low, self.high, self.mask))
-        out = 0.5 * (x.float() + 1.0) * (high - low) + low
+        out = 0.5 * (x.float() + 1.0) * (high - low + self.eps) + low
         return torch.where(mask, out, x.float())
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """``[..., D]`` env units -> ``[-1, 1]`` (clipped; float32)."""
         self._check(x, "input")
         low, high, mask = (t.to(x.device) for t in (self.low, self.high, self.mask))
-        out = 2.0 * (x.float() - low) / (high - low).clamp_min(1e-8) - 1.0
+        out = 2.0 * (x.float() - low) / (high - low + self.eps).clamp_min(1e-8) - 1.0
         return torch.where(mask, out, x.float()).clamp(-1.0, 1.0)
 
 
-def normalizer_for(norm_stats: dict[str, Any] | None, key: str | None, field: str) -> BoundsNormalizer | None:
-    """The normaliser of ``norm_stats[key][field]`` (``"action"`` or ``"proprio"``), or None if absent."""
+def normalizer_for(
+    norm_stats: dict[str, Any] | None,
+    key: str | None,
+    field: str,
+    *,
+    normalization_type: str = "bounds_q99",
+    eps: float = 0.0,
+) -> BoundsNormalizer | None:
+    """The normaliser of ``norm_stats[key][field]`` (``"action"`` or ``"proprio"``), or None if absent.
+
+    ``normalization_type`` "bounds_q99" maps ``[q01, q99]``, "bounds" maps ``[min, max]`` onto ``[-1, 1]``.
+    """
     if key is None or not norm_stats:
         return None
     entry = norm_stats[key].get(field)
     if entry is None:
         return None
-    return BoundsNormalizer(q01=entry["q01"], q99=entry["q99"], mask=entry.get("mask"))
+    low, high = {"bounds_q99": ("q01", "q99"), "bounds": ("min", "max")}[normalization_type]
+    for name in (low, high):
+        if name not in entry:
+            raise ValueError(
+                f"normalization_type={normalization_type!r} needs {field}.{name} in the statistics of {key!r}; "
+                f"they have {sorted(entry)}"
+            )
+    return BoundsNormalizer(q01=entry[low], q99=entry[high], mask=entry.get("mask"), eps=eps)
 
 
 def stats_from_bounds(low: Any, high: Any, *, key: str = "env") -> dict[str, Any]:
     """Dataset statistics that map ``[-1, 1]`` onto an env's action box ``[low, high]`` (all dims masked)."""
     low_t = torch.as_tensor(low, dtype=torch.float32).flatten().tolist()
     high_t = torch.as_tensor(high, dtype=torch.float32).flatten().tolist()
-    return {key: {"action": {"q01": low_t, "q99": high_t, "mask": [True] * len(low_t)}}}
+    mask = [True] * len(low_t)
+    return {key: {"action": {"q01": low_t, "q99": high_t, "min": low_t, "max": high_t, "mask": mask}}}

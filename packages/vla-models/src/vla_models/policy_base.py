@@ -2,12 +2,13 @@
 
 Sequence layout (every row has the same length, so action slots sit at the same indices)::
 
-    [BOS] [image tokens x N_img] [proprio token?] [prompt tokens, left-padded] [action slots x C*A]
+    [BOS] [image tokens x N_img] [proprio token?] [prompt tokens, left-padded] [action slots x C*A] [STOP?]
 
 Padding sits inside the row; it is masked out of attention and position ids count only real tokens, which is
 equivalent to an unpadded row. OpenVLA fills the slots with the chosen action tokens (teacher forcing, causal)
-and reads position ``t - 1`` for slot ``t``; OFT fills them with placeholders that attend to each other
-(bidirectional) and reads each slot itself. The value head reads the position just before the first slot.
+and reads position ``t - 1`` for slot ``t``. OFT fills them with zero (or learned) placeholders; how they
+attend and where they are read depends on ``implement_version`` (see ``OpenVLAOFTPolicy``). The value head
+reads the position just before the first slot.
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ def build_attention_mask(key_valid: torch.Tensor, num_slots: int, *, bidirection
     return mask[:, None]
 
 
+def full_attention_mask(key_valid: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[B, 1, T, T]`` mask: every position sees every valid key (OpenVLA-OFT's bidirectional
+    attention); padding positions see only themselves."""
+    t = key_valid.shape[1]
+    eye = torch.eye(t, dtype=torch.bool, device=key_valid.device)[None]
+    return (key_valid[:, None, :].expand(-1, t, -1) | eye)[:, None]
+
+
 def position_ids_from(key_valid: torch.Tensor) -> torch.Tensor:
     return (key_valid.long().cumsum(-1) - 1).clamp_min(0)
 
@@ -69,9 +78,21 @@ def concat_forward_inputs(
 
 
 class PrismaticVLAPolicy(nn.Module):
-    """Base class; subclasses set ``bidirectional_slots`` and implement ``predict``."""
+    """Base class; subclasses set the layout flags and implement ``predict``.
+
+    Layout flags: ``bidirectional_slots`` (slots see each other), ``full_attention`` (every position sees every
+    other), ``stop_token`` (an EOS token after the slots), ``shifted_readout`` (slot k is read at the position
+    before it; otherwise at itself).
+    """
 
     bidirectional_slots: bool = False
+    full_attention: bool = False
+    stop_token: bool = False
+    shifted_readout: bool = True
+    # the Llama-2 EOS id OpenVLA-OFT appends after the action slots
+    stop_token_id: int = 2
+    # OpenVLA-OFT adds 1e-8 to the normalisation range; OpenVLA does not
+    normalization_eps: float = 0.0
 
     def __init__(self, config: OpenVLAConfig, tokenizer: Any) -> None:
         super().__init__()
@@ -97,9 +118,17 @@ class PrismaticVLAPolicy(nn.Module):
         if getattr(cfg, "action_query", "zero") == "learned":
             self.action_queries = nn.Parameter(torch.randn(cfg.num_action_tokens, h) * 0.02)
         self.action_tokenizer = ActionTokenizer(vocab_size=cfg.backbone.vocab_size, n_bins=cfg.n_action_bins)
+        self._set_layout()
+        if getattr(cfg, "action_head", "discrete") == "l1":
+            from vla_models.openvla_oft.action_head import L1RegressionActionHead
+
+            self.l1_head = L1RegressionActionHead(hidden_size=h, action_dim=cfg.action_dim)
+        else:
+            self.l1_head = None
         key = select_unnorm_key(cfg.norm_stats, cfg.unnorm_key)
-        self.action_normalizer = normalizer_for(cfg.norm_stats, key, "action")
-        self.proprio_normalizer = normalizer_for(cfg.norm_stats, key, "proprio")
+        norm_kw = dict(normalization_type=cfg.normalization_type, eps=self.normalization_eps)
+        self.action_normalizer = normalizer_for(cfg.norm_stats, key, "action", **norm_kw)
+        self.proprio_normalizer = normalizer_for(cfg.norm_stats, key, "proprio", **norm_kw)
         if self.action_normalizer is not None and self.action_normalizer.dim != cfg.action_dim:
             raise ValueError(
                 f"action_dim={cfg.action_dim} does not match the statistics of {key!r} "
@@ -116,6 +145,9 @@ class PrismaticVLAPolicy(nn.Module):
         )
 
     # ---- setup --------------------------------------------------------------------------------------------
+    def _set_layout(self) -> None:
+        """Set the layout flags from the config (families with several layouts override this)."""
+
     def finalize(self) -> PrismaticVLAPolicy:
         """Apply LoRA (if ``is_lora``: the rest of the backbone is frozen) and cast to ``precision``; call after
         loading base weights."""
@@ -157,11 +189,8 @@ class PrismaticVLAPolicy(nn.Module):
         b = ids.shape[0]
         emb = self.backbone.embed_tokens
         text = emb(ids)
-        language = None
-        if self.backbone.film is not None:
-            m = text_mask.unsqueeze(-1).to(text.dtype)
-            language = (text * m).sum(1) / m.sum(1).clamp_min(1.0)
         bos = emb(torch.full((b, 1), self.config.backbone.bos_token_id, device=ids.device, dtype=torch.long))
+        language = self._film_language(text, text_mask, bos) if self.backbone.film is not None else None
         n_img = images.shape[1]
         if language is not None:
             language = language.repeat_interleave(n_img, dim=0)
@@ -169,14 +198,31 @@ class PrismaticVLAPolicy(nn.Module):
         img = img.view(b, n_img * img.shape[1], img.shape[2])
         parts, valid = [bos, img], [torch.ones(b, 1 + img.shape[1], dtype=torch.bool, device=ids.device)]
         if self.proprio_projector is not None:
-            states = fi["states"].float()
-            if self.proprio_normalizer is not None:
-                states = self.proprio_normalizer.normalize(states)
-            parts.append(self.proprio_projector(states.to(self.dtype)).unsqueeze(1))
+            parts.append(
+                self.proprio_projector(self.normalized_states(fi["states"]).to(self.dtype)).unsqueeze(1)
+            )
             valid.append(torch.ones(b, 1, dtype=torch.bool, device=ids.device))
         parts.append(text)
         valid.append(text_mask)
         return torch.cat(parts, dim=1), torch.cat(valid, dim=1)
+
+    def normalized_states(self, states: torch.Tensor) -> torch.Tensor:
+        """Proprio ``[B, D]`` as the projector sees it: normalised with the ``proprio`` statistics (clipped to
+        ``[-1, 1]``) when the checkpoint has them, else unchanged. float32."""
+        states = states.float()
+        return self.proprio_normalizer.normalize(states) if self.proprio_normalizer is not None else states
+
+    def _film_language(self, text: torch.Tensor, text_mask: torch.Tensor, bos: torch.Tensor) -> torch.Tensor:
+        """FiLM's language vector ``[B, H]``: the mean input embedding of BOS, the prompt and (when the layout
+        has one) STOP -- every position that is not an image, proprio or action slot, as OpenVLA-OFT does."""
+        m = text_mask.unsqueeze(-1).to(text.dtype)
+        total = (text * m).sum(1) + bos[:, 0]
+        count = m.sum(1) + 1.0
+        if self.stop_token:
+            stop = torch.full_like(text_mask[:, :1], self.stop_token_id, dtype=torch.long)
+            total = total + self.backbone.embed_tokens(stop)[:, 0]
+            count = count + 1.0
+        return total / count
 
     def _slot_embeds(self, fi: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """Input embeddings of the action slots ``[B, N, H]`` (family specific)."""
@@ -186,18 +232,36 @@ class PrismaticVLAPolicy(nn.Module):
         """One forward pass -> (hidden states predicting each action token ``[B, N, H]``, critic input ``[B, H]``)."""
         prefix, valid = self._prefix(fi)
         slots = self._slot_embeds(fi)
-        n, t0 = slots.shape[1], prefix.shape[1]
-        embeds = torch.cat([prefix, slots.to(prefix.dtype)], dim=1)
-        key_valid = torch.cat(
-            [valid, torch.ones(valid.shape[0], n, dtype=torch.bool, device=valid.device)], 1
-        )
-        mask = build_attention_mask(key_valid, n, bidirectional=self.bidirectional_slots)
-        hidden, _ = self.backbone.decode(embeds, mask, position_ids_from(key_valid))
-        if self.bidirectional_slots:
-            act_hidden = hidden[:, t0 : t0 + n]
+        b, n, t0 = slots.shape[0], slots.shape[1], prefix.shape[1]
+        parts = [prefix, slots.to(prefix.dtype)]
+        n_tail = n
+        if self.stop_token:
+            stop = torch.full((b, 1), self.stop_token_id, dtype=torch.long, device=valid.device)
+            parts.append(self.backbone.embed_tokens(stop))
+            n_tail += 1
+        embeds = torch.cat(parts, dim=1)
+        key_valid = torch.cat([valid, torch.ones(b, n_tail, dtype=torch.bool, device=valid.device)], 1)
+        if self.full_attention:
+            mask = full_attention_mask(key_valid)
         else:
-            act_hidden = hidden[:, t0 - 1 : t0 + n - 1]
-        return act_hidden, hidden[:, t0 - 1]
+            mask = build_attention_mask(key_valid, n, bidirectional=self.bidirectional_slots)
+        hidden, _ = self.backbone.decode(embeds, mask, position_ids_from(key_valid))
+        start = t0 - 1 if self.shifted_readout else t0
+        return hidden[:, start : start + n], hidden[:, t0 - 1]
+
+    def action_bin_logits(self, forward_inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Raw logits ``[B, C*A, n_bins]`` (float32, temperature 1, no top-k) over the action bins at the
+        positions that predict each action token (OpenVLA: teacher forcing on ``action_tokens``)."""
+        fi = {k: v.to(self.device) for k, v in forward_inputs.items()}
+        if "action_tokens" not in fi:
+            fi["action_tokens"] = torch.full(
+                (fi["input_ids"].shape[0], self.config.num_action_chunks, self.config.action_dim),
+                self.action_tokenizer.action_start,
+                dtype=torch.long,
+                device=self.device,
+            )
+        hidden, _ = self._hidden_at_actions(fi)
+        return hidden.float() @ self._action_weight().float().T
 
     def _values(self, critic_input: torch.Tensor) -> torch.Tensor | None:
         if self.value_head is None:

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from vla_models.prismatic.configuration_prismatic import PrismaticConfig
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+NORMALIZATION_TYPES = ("bounds_q99", "bounds")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flash_attention_2")
 OPENVLA_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"
 
@@ -24,6 +25,8 @@ class OpenVLAConfig:
         n_action_bins: action tokens at the tail of the tokenizer vocabulary (256).
         unnorm_key: which dataset statistics un-normalise the actions (``None``: the only one, or identity).
         norm_stats: OpenVLA ``dataset_statistics.json`` content, or None (actions stay in ``[-1, 1]``).
+        normalization_type: "bounds_q99" (``[q01, q99] <-> [-1, 1]``, OpenVLA's and OFT's LIBERO default) or
+            "bounds" (``[min, max]``).
         is_lora / lora_rank / lora_alpha / lora_dropout: peft LoRA on the language model's linear layers.
         add_value_head: add a critic MLP on the hidden state before the first action token.
         detach_critic_input: stop value-loss gradients at the value head input.
@@ -46,6 +49,7 @@ class OpenVLAConfig:
     n_action_bins: int = 256
     unnorm_key: str | None = None
     norm_stats: dict[str, Any] | None = None
+    normalization_type: str = "bounds_q99"
     is_lora: bool = False
     lora_rank: int = 32
     lora_alpha: int | None = None
@@ -73,6 +77,10 @@ class OpenVLAConfig:
         if self.attn_implementation not in ATTN_IMPLEMENTATIONS:
             raise ValueError(
                 f"attn_implementation={self.attn_implementation!r} is not supported; allowed: {ATTN_IMPLEMENTATIONS}"
+            )
+        if self.normalization_type not in NORMALIZATION_TYPES:
+            raise ValueError(
+                f"normalization_type={self.normalization_type!r} is not supported; allowed: {NORMALIZATION_TYPES}"
             )
         if self.tokenizer not in ("tiny", "checkpoint"):
             raise ValueError(

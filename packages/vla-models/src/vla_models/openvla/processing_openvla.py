@@ -52,7 +52,8 @@ class OpenVLAProcessor:
     def prompt_ids(self, instruction: str) -> list[int]:
         """Token ids of the prompt *after* BOS (the model inserts BOS and the image tokens before them)."""
         if instruction not in self._cache:
-            text = self.prompt_template.format(instruction=instruction.strip().lower().rstrip("."))
+            # lower-cased only, as OpenVLA's processor does: spaces and a trailing period stay
+            text = self.prompt_template.format(instruction=instruction.lower())
             ids = list(self.tokenizer.encode(text, add_special_tokens=False)) + list(
                 self.prompt_suffix_token_ids
             )

@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 from vla_models.openvla.configuration_openvla import OpenVLAConfig
 
 ACTION_QUERIES = ("zero", "learned")
+IMPLEMENT_VERSIONS = ("official", "rlinf", "causal_prefix")
+ACTION_HEADS = ("discrete", "l1")
 
 
 @dataclass(kw_only=True)
@@ -20,7 +22,15 @@ class OpenVLAOFTConfig(OpenVLAConfig):
         num_images_in_input: 1 = main camera; 2+ adds the first wrist cameras of ``wrist_images``.
         use_film: FiLM-condition the vision features on the mean language embedding.
         action_query: input embedding of the action placeholders: "zero" (OFT) or "learned" (one vector per slot;
-            gives a shallow model distinct slots from the first layer).
+            gives a shallow model distinct slots from the first layer; ``causal_prefix`` only).
+        implement_version: sequence layout and attention.
+            "official": OpenVLA-OFT's ``[BOS][images][proprio][prompt][slots][STOP]``, every position attends to
+            every other, slot k is read at the position before it (default for published folders);
+            "rlinf": the reference framework's own variant, the same without STOP and without a proprio token;
+            "causal_prefix": causal over the prefix, slots attend to each other and are read at themselves
+            (the tiny CPU models).
+        action_head: "discrete" (256-bin action tokens, sampled for RL) or "l1" (OFT's L1-regression MLP on the
+            slot hidden states: deterministic actions for evaluation and SFT; ``predict`` needs mode="greedy").
     """
 
     family: ClassVar[str] = "openvla_oft"
@@ -30,9 +40,27 @@ class OpenVLAOFTConfig(OpenVLAConfig):
     num_images_in_input: int = 1
     use_film: bool = False
     action_query: str = "zero"
+    implement_version: str = "official"
+    action_head: str = "discrete"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.implement_version not in IMPLEMENT_VERSIONS:
+            raise ValueError(
+                f"implement_version={self.implement_version!r} is not supported; allowed: {IMPLEMENT_VERSIONS}"
+            )
+        if self.action_head not in ACTION_HEADS:
+            raise ValueError(f"action_head={self.action_head!r} is not supported; allowed: {ACTION_HEADS}")
+        if self.implement_version != "causal_prefix" and self.action_query != "zero":
+            raise ValueError(
+                f"action_query={self.action_query!r} is invalid with implement_version="
+                f"{self.implement_version!r}: its slots are zero embeddings (use action_query='zero')"
+            )
+        if self.implement_version == "rlinf" and self.use_proprio:
+            raise ValueError(
+                "use_proprio=True is invalid with implement_version='rlinf': that layout has no proprio token "
+                "(use implement_version='official', or use_proprio=False)"
+            )
         if self.action_query not in ACTION_QUERIES:
             raise ValueError(
                 f"action_query={self.action_query!r} is not supported; allowed: {ACTION_QUERIES}"
@@ -46,8 +74,11 @@ class OpenVLAOFTConfig(OpenVLAConfig):
     def tiny(
         cls, *, image_size: int = 64, patch_size: int = 8, hidden_size: int = 128, **overrides: Any
     ) -> OpenVLAOFTConfig:
-        """CPU-sized OFT (about 1M parameters, learned action queries, in-code tokenizer)."""
-        overrides.setdefault("action_query", "learned")
+        """CPU-sized OFT (about 1M parameters, learned action queries, causal prefix, in-code tokenizer)."""
+        overrides.setdefault("implement_version", "causal_prefix")
+        overrides.setdefault(
+            "action_query", "learned" if overrides["implement_version"] == "causal_prefix" else "zero"
+        )
         overrides.setdefault("num_action_chunks", 1)
         return super().tiny(
             image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, **overrides

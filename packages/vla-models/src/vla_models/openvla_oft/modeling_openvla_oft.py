@@ -13,14 +13,29 @@ from vla_models.policy_output import PolicyOutput
 
 
 class OpenVLAOFTPolicy(PrismaticVLAPolicy):
-    """Parallel decoding: ``C * A`` placeholder slots (zero or learned embeddings) attend to the prefix and to each
-    other (bidirectional); each slot's hidden state gives that token's distribution over the 256 bins.
+    """Parallel decoding: ``C * A`` placeholder slots (zero or learned embeddings), all decoded in one forward.
+
+    ``implement_version`` picks the layout:
+
+    * "official" (OpenVLA-OFT): ``[BOS][images][proprio][prompt][slots][STOP]``, every position attends to every
+      other, slot k's distribution is read at the position just before it;
+    * "rlinf" (the reference framework's own variant): the same without STOP and without a proprio token;
+    * "causal_prefix": the prefix attends causally, the slots attend to the prefix and to each other, and each
+      slot is read at itself (the tiny CPU models).
 
     ``predict`` and ``evaluate`` run the very same forward (the slots do not depend on the sampled tokens), so
-    the log-probs agree exactly and rollout costs a single pass.
+    the log-probs agree exactly and rollout costs a single pass. With ``action_head="l1"`` the actions come from
+    OFT's L1-regression head on the same hidden states (greedy only); log-probs stay those of the argmax tokens.
     """
 
     bidirectional_slots = True
+    normalization_eps = 1e-8
+
+    def _set_layout(self) -> None:
+        version = self.config.implement_version
+        self.full_attention = version in ("official", "rlinf")
+        self.stop_token = version == "official"
+        self.shifted_readout = version in ("official", "rlinf")
 
     def _slot_embeds(self, fi: Mapping[str, torch.Tensor]) -> torch.Tensor:
         b = fi["input_ids"].shape[0]
@@ -51,6 +66,11 @@ class OpenVLAOFTPolicy(PrismaticVLAPolicy):
         Returns:
             ``PolicyOutput`` with actions/logprobs/entropy ``[B, C, A]`` and values ``[B]`` or None.
         """
+        if self.l1_head is not None and mode != "greedy":
+            raise ValueError(
+                f"mode={mode!r} is invalid with action_head='l1': the L1 head regresses actions "
+                "deterministically (use mode='greedy', or action_head='discrete' to sample tokens)"
+            )
         fi = self.prepare_inputs(obs)
         b = fi["images"].shape[0]
         fi["temperature"], fi["top_k"] = self._sampling_tensors(b, mode, temperature, top_k)
@@ -63,10 +83,39 @@ class OpenVLAOFTPolicy(PrismaticVLAPolicy):
         logp, ent = action_logprobs_and_entropy(
             hidden, weight, offsets, temperature=fi["temperature"], top_k=fi["top_k"]
         )
+        if self.l1_head is not None:
+            actions = self.l1_actions(hidden)
+        else:
+            actions = self._decode_actions(fi["action_tokens"])
         return PolicyOutput(
-            actions=self._decode_actions(fi["action_tokens"]),
+            actions=actions,
             logprobs=logp.view(shape),
             values=self._values(critic_in),
             forward_inputs=fi,
             entropy=ent.view(shape),
         )
+
+    def l1_actions(self, slot_hidden: torch.Tensor) -> torch.Tensor:
+        """L1-head actions in env units ``[B, C, A]`` (float32) from the slot hidden states ``[B, C*A, H]``."""
+        norm = self.l1_head(slot_hidden, self.config.num_action_chunks)
+        return self.action_normalizer.unnormalize(norm) if self.action_normalizer is not None else norm
+
+    def sft_loss(
+        self, obs: Mapping[str, Any], expert_actions: torch.Tensor | Any
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Discrete heads: cross-entropy over the bins (see the base class). ``action_head="l1"``: OpenVLA-OFT's
+        L1 loss between the head's normalised actions and the normalised expert actions."""
+        if self.l1_head is None:
+            return super().sft_loss(obs, expert_actions)
+        fi = self.prepare_inputs(obs)
+        acts = torch.as_tensor(expert_actions, dtype=torch.float32, device=self.device)
+        want = (fi["images"].shape[0], self.config.num_action_chunks, self.config.action_dim)
+        if tuple(acts.shape) != want:
+            raise ValueError(
+                f"expert_actions must have shape [B, C, A] = {list(want)}, got {list(acts.shape)}"
+            )
+        target = self.action_normalizer.normalize(acts) if self.action_normalizer is not None else acts
+        hidden, _ = self._hidden_at_actions(fi)
+        pred = self.l1_head(hidden, self.config.num_action_chunks)
+        loss = torch.nn.functional.l1_loss(pred, target)
+        return loss, {"sft/loss": float(loss.detach()), "sft/l1_normalized": float(loss.detach())}

@@ -209,3 +209,13 @@ def from_openvla_names(
         for k, v in converted.items():
             out[_TOWER_PREFIXES[i] + k] = v
     return out
+
+
+def film_state_dict(
+    side: dict[str, torch.Tensor], towers: tuple[VisionTowerConfig, ...]
+) -> dict[str, torch.Tensor]:
+    """OpenVLA-OFT's ``vision_backbone--*.pt`` (FiLM-wrapped towers with LoRA) -> plain OpenVLA tower names plus
+    ``film.<tower>.{scale,shift}.<block>.*``; see :func:`vla_models.film.film_checkpoint_to_openvla`."""
+    from vla_models.film import film_checkpoint_to_openvla
+
+    return film_checkpoint_to_openvla(side, towers)

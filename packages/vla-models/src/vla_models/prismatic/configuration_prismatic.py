@@ -7,6 +7,13 @@ from typing import Any
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# What the released OpenVLA processors normalise DINOv2 inputs with (`tvf_normalize_params` of
+# preprocessor_config.json): ImageNet's constants rounded to bfloat16, because the conversion script ran with
+# bf16 as the default dtype. Used when a published folder has no preprocessor_config.json.
+OPENVLA_DINOV2_MEAN = (0.484375, 0.455078125, 0.40625)
+OPENVLA_DINOV2_STD = (0.228515625, 0.2236328125, 0.224609375)
+# head sizes of the published towers: heads = width / head_dim (DINOv2-L 1024/64, SigLIP-So400m 1152/72)
+HEAD_DIMS = {"dinov2_reg": 64, "siglip": 72}
 SIGLIP_MEAN = (0.5, 0.5, 0.5)
 SIGLIP_STD = (0.5, 0.5, 0.5)
 VISION_KINDS = ("dinov2_reg", "siglip")
@@ -76,6 +83,8 @@ def _dinov2_large() -> VisionTowerConfig:
         mlp_dim=4096,
         patch_size=14,
         num_registers=4,
+        image_mean=OPENVLA_DINOV2_MEAN,
+        image_std=OPENVLA_DINOV2_STD,
     )
 
 
@@ -99,7 +108,7 @@ def _llama2_7b() -> LanguageModelConfig:
         num_heads=32,
         num_kv_heads=32,
         intermediate_size=11008,
-        rms_norm_eps=1e-5,
+        rms_norm_eps=1e-6,  # the published config.json omits it: LlamaConfig's default applies
     )
 
 

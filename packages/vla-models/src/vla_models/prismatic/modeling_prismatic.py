@@ -41,7 +41,8 @@ def _build_tower(cfg: VisionTowerConfig, image_size: int, attn_implementation: s
             **common, mlp_ratio=cfg.mlp_dim // cfg.hidden_size, num_register_tokens=cfg.num_registers
         )
         return Dinov2WithRegistersModel(hf)
-    hf = SiglipVisionConfig(**common, intermediate_size=cfg.mlp_dim, hidden_act="gelu_pytorch_tanh")
+    # exact GELU, as timm's SigLIP tower that OpenVLA runs (transformers' SigLIP default is the tanh form)
+    hf = SiglipVisionConfig(**common, intermediate_size=cfg.mlp_dim, hidden_act="gelu")
     return SiglipVisionModel(hf)
 
 
@@ -217,10 +218,17 @@ class PrismaticBackbone(nn.Module):
 
         Returns:
             ``(last_hidden_state [B, T, H], cache or None)``.
+
+        The mask is passed as an additive float mask (0 where allowed, the dtype's minimum elsewhere): every
+        attention implementation adds it to the scores, whereas transformers' eager path would add a boolean
+        mask as 0/1 and so ignore it.
         """
+        dtype = inputs_embeds.dtype
+        additive = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device)
+        additive = additive.masked_fill(~attention_mask.bool(), torch.finfo(dtype).min)
         out = self.language_model.model(
             inputs_embeds=inputs_embeds,
-            attention_mask=attention_mask,
+            attention_mask=additive,
             position_ids=position_ids,
             past_key_values=past_key_values,
             use_cache=use_cache,

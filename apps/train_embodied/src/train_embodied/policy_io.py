@@ -9,6 +9,21 @@ import torch
 from train_embodied.config.sections import ModelSection, OptimSection
 
 
+def _oft_settings(section: ModelSection) -> dict[str, Any]:
+    """The OpenVLA-OFT keys of `section` (proprio_dim only where a proprio input exists)."""
+    out: dict[str, Any] = dict(
+        use_proprio=section.use_proprio,
+        num_images_in_input=section.num_images_in_input,
+        use_film=section.use_film,
+        action_head=section.action_head,
+    )
+    if section.use_proprio:
+        out["proprio_dim"] = section.proprio_dim
+    if section.implement_version is not None:
+        out["implement_version"] = section.implement_version
+    return out
+
+
 def model_config(section: ModelSection, env_spec: dict[str, Any] | None = None) -> Any:
     """The vla_models typed config of a tiny policy described by `section` (`extra` keys pass through)."""
     from vla_models.openvla.configuration_openvla import OpenVLAConfig
@@ -32,33 +47,62 @@ def model_config(section: ModelSection, env_spec: dict[str, Any] | None = None) 
     extra = dict(section.extra)
     sizes = {k: extra.pop(k) for k in ("patch_size", "hidden_size") if k in extra}
     if section.model_type == "openvla_oft":
-        common.update(use_proprio=section.use_proprio, proprio_dim=section.proprio_dim)
+        common.update(_oft_settings(section))
+        common.setdefault("proprio_dim", section.proprio_dim)
         return OpenVLAOFTConfig.tiny(image_size=section.image_size, **sizes, **common, **extra)
     return OpenVLAConfig.tiny(image_size=section.image_size, **sizes, **common, **extra)
+
+
+def load_settings(section: ModelSection) -> dict[str, Any]:
+    """Every `actor.model` setting as `vla_models.load_policy` keywords: the architecture keys, which the
+    checkpoint must agree with (a contradiction is an error naming the key), and the run's own keys (LoRA,
+    value head, precision, un-normalisation key, `extra`)."""
+    settings: dict[str, Any] = dict(
+        model_type=section.model_type,
+        action_dim=section.action_dim,
+        num_action_chunks=section.num_action_chunks,
+        n_action_bins=section.n_action_bins,
+        image_size=section.image_size,
+        is_lora=section.is_lora,
+        lora_rank=section.lora_rank,
+        precision=section.precision,
+        unnorm_key=section.unnorm_key,
+    )
+    if section.model_type == "openvla_oft":
+        settings.update(_oft_settings(section))
+    if section.lora_path:
+        settings["lora_path"] = section.lora_path
+    settings.update(section.extra)
+    return settings
 
 
 def build_policy_for_run(
     section: ModelSection, env_spec: dict[str, Any] | None, *, device: Any = "cpu"
 ) -> Any:
-    """Load `section.model_path` (a save_pretrained folder) or build a random tiny policy.
+    """Load `section.model_path` (a save_pretrained folder, a published OpenVLA folder or an OpenVLA-OFT training
+    folder) or build a random tiny policy.
 
-    A loaded checkpoint keeps its architecture; a value head is added when `add_value_head` asks for one and the
-    checkpoint has none (e.g. PPO from an SFT checkpoint trained without a critic).
+    A loaded checkpoint keeps its architecture (a setting it contradicts is an error); a value head is added when
+    `add_value_head` asks for one and the checkpoint has none (e.g. PPO from an SFT checkpoint trained without a
+    critic).
     """
     from vla_models import build_policy, load_policy
 
     if section.model_path:
-        rl_keys = {"detach_critic_input", "value_head_hidden_sizes", "lora_alpha", "lora_dropout"}
-        overrides = {k: v for k, v in section.extra.items() if k in rl_keys}
-        policy = load_policy(
-            section.model_path,
-            # vla_models refuses to drop a saved value head: keep it (unused without a critic loss)
-            add_value_head=section.add_value_head or _saved_value_head(section.model_path),
-            is_lora=section.is_lora,
-            lora_rank=section.lora_rank,
-            precision=section.precision,
-            **overrides,
-        )
+        if env_spec and int(env_spec["action_dim"]) != section.action_dim:
+            raise ValueError(
+                f"actor.model.action_dim={section.action_dim} does not match the env's "
+                f"action_dim={env_spec['action_dim']}"
+            )
+        try:
+            policy = load_policy(
+                section.model_path,
+                # keep a saved value head (unused without a critic loss) so the saved folder round-trips
+                add_value_head=section.add_value_head or _saved_value_head(section.model_path),
+                **load_settings(section),
+            )
+        except ValueError as e:  # the keys vla_models names are those of this section
+            raise ValueError(f"actor.model: {e}") from None
     else:
         if section.size == "full":
             raise ValueError("actor.model.size='full' needs actor.model.model_path (a checkpoint folder)")

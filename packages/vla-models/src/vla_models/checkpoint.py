@@ -410,6 +410,8 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
     if "vla_models" in d:
         cd = dict(d["vla_models"])
         family = cd.pop("family", "openvla")
+        if family == "openvla_oft":  # folders saved before the key existed hold the causal-prefix layout
+            cd.setdefault("implement_version", "causal_prefix")
         facts = {k: v for k, v in cd.items() if k in ARCHITECTURE_KEYS}
         facts["model_type"] = family
         backbone = PrismaticConfig(**cd["backbone"]) if isinstance(cd.get("backbone"), dict) else None

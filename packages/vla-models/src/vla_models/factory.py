@@ -45,8 +45,9 @@ def config_from_dict(d: dict[str, Any]) -> OpenVLAConfig:
 def build_policy(config: OpenVLAConfig, **overrides: Any) -> PrismaticVLAPolicy:
     """Build a policy from a typed config.
 
-    With ``config.model_path`` set, the checkpoint there is loaded (the config's RL fields -- LoRA, value head,
-    precision, sampling shape -- override the checkpoint's). Otherwise random weights are initialised and the
+    With ``config.model_path`` set, the checkpoint there is loaded: the config's RL fields (LoRA, value head,
+    precision, ``unnorm_key``) override the checkpoint's, and its architecture fields (action shape, OFT layout,
+    proprio, cameras) must agree with the checkpoint (see ``load_policy``). Otherwise random weights are initialised and the
     tokenizer is the in-code tiny one (``tokenizer="tiny"``), so it works fully offline.
     """
     if not isinstance(config, OpenVLAConfig):
@@ -67,8 +68,15 @@ def build_policy(config: OpenVLAConfig, **overrides: Any) -> PrismaticVLAPolicy:
             "unnorm_key",
             "action_dim",
             "num_action_chunks",
+            "n_action_bins",
+            "normalization_type",
         )
-        return load_policy(config.model_path, **{k: getattr(config, k) for k in rl_keys})
+        if isinstance(config, OpenVLAOFTConfig):
+            rl_keys += ("use_proprio", "num_images_in_input", "use_film", "implement_version", "action_head")
+            rl_keys += ("proprio_dim",) if config.use_proprio else ()
+        return load_policy(
+            config.model_path, model_type=config.family, **{k: getattr(config, k) for k in rl_keys}
+        )
     if config.tokenizer == "tiny":
         tokenizer = build_tiny_tokenizer(vocab_size=config.backbone.vocab_size, n_bins=config.n_action_bins)
     else:

@@ -20,6 +20,9 @@ LOGGER_BACKENDS = ("tensorboard", "console", "wandb")
 PRECISIONS = ("fp32", "bf16", "fp16")
 MODEL_TYPES = ("openvla", "openvla_oft")
 MODEL_SIZES = ("tiny", "full")
+# vla_models' OpenVLA-OFT layouts and action heads (named here so that checking a config imports no model code)
+IMPLEMENT_VERSIONS = ("official", "rlinf", "causal_prefix")
+ACTION_HEADS = ("discrete", "l1")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
@@ -268,12 +271,21 @@ class FSDPSection:
 
 @dataclass
 class ModelSection:
-    """`actor.model`: which policy, where its weights are, and its action interface."""
+    """`actor.model`: which policy, where its weights are, and its action interface.
+
+    With `model_path` set, the architecture keys (model_type, action_dim, num_action_chunks, n_action_bins,
+    image_size, use_proprio, proprio_dim, num_images_in_input, use_film, implement_version, and extra
+    patch_size / hidden_size) must agree with the checkpoint: vla_models names any key it contradicts.
+    `implement_version` null means the checkpoint's own (published folders: official), or causal_prefix for a
+    tiny model built from scratch. `lora_path`: a peft adapter folder applied on top of `model_path`, kept as
+    trainable LoRA when `is_lora` is true, merged into the weights otherwise.
+    """
 
     model_type: str = "openvla_oft"
     model_name: str = "openvla_oft_tiny"
     size: str = "tiny"
     model_path: str | None = None
+    lora_path: str | None = None
     precision: str = "fp32"
     action_dim: int = 4
     num_action_chunks: int = 1
@@ -281,6 +293,10 @@ class ModelSection:
     image_size: int = 64
     use_proprio: bool = True
     proprio_dim: int = 4
+    num_images_in_input: int = 1
+    use_film: bool = False
+    implement_version: str | None = None
+    action_head: str = "discrete"
     add_value_head: bool = True
     is_lora: bool = False
     lora_rank: int = 32
@@ -291,20 +307,47 @@ class ModelSection:
         errors = one_of(f"{prefix}.model_type", self.model_type, MODEL_TYPES)
         errors += one_of(f"{prefix}.size", self.size, MODEL_SIZES)
         errors += one_of(f"{prefix}.precision", self.precision, PRECISIONS)
+        errors += one_of(f"{prefix}.action_head", self.action_head, ACTION_HEADS)
+        if self.implement_version is not None:
+            errors += one_of(f"{prefix}.implement_version", self.implement_version, IMPLEMENT_VERSIONS)
         errors += at_least(f"{prefix}.action_dim", self.action_dim, 1)
         errors += at_least(f"{prefix}.num_action_chunks", self.num_action_chunks, 1)
         errors += at_least(f"{prefix}.n_action_bins", self.n_action_bins, 2)
         errors += at_least(f"{prefix}.image_size", self.image_size, 8)
         errors += at_least(f"{prefix}.proprio_dim", self.proprio_dim, 1)
+        errors += at_least(f"{prefix}.num_images_in_input", self.num_images_in_input, 1)
         errors += at_least(f"{prefix}.lora_rank", self.lora_rank, 1)
         if self.size == "full" and not self.model_path:
             errors.append(
                 f"{prefix}.model_path={self.model_path!r} is invalid: size=full loads a checkpoint folder"
             )
-        if self.model_type == "openvla" and self.num_action_chunks != 1:
+        if self.lora_path and not self.model_path:
             errors.append(
-                f"{prefix}.num_action_chunks={self.num_action_chunks!r} is invalid: OpenVLA decodes one action "
-                "(use model_type=openvla_oft for chunks)"
+                f"{prefix}.lora_path={self.lora_path!r} is invalid without {prefix}.model_path (the adapter's base)"
+            )
+        if self.model_type == "openvla":
+            if self.num_action_chunks != 1:
+                errors.append(
+                    f"{prefix}.num_action_chunks={self.num_action_chunks!r} is invalid: OpenVLA decodes one action "
+                    "(use model_type=openvla_oft for chunks)"
+                )
+            oft_only = {
+                "use_proprio": (self.use_proprio, False),
+                "num_images_in_input": (self.num_images_in_input, 1),
+                "use_film": (self.use_film, False),
+                "implement_version": (self.implement_version, None),
+                "action_head": (self.action_head, "discrete"),
+            }
+            for key, (value, plain) in oft_only.items():
+                if value != plain:
+                    errors.append(
+                        f"{prefix}.{key}={value!r} is invalid with model_type='openvla' (OpenVLA-OFT only; "
+                        f"allowed: {plain!r})"
+                    )
+        if self.implement_version == "rlinf" and self.use_proprio:
+            errors.append(
+                f"{prefix}.use_proprio=True is invalid with implement_version='rlinf' (that layout has no proprio "
+                "token; use implement_version=official or use_proprio=false)"
             )
         return errors
 

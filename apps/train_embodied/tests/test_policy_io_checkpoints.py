@@ -1,0 +1,85 @@
+"""`actor.model` keys reach vla_models.load_policy; a setting the checkpoint contradicts is an error naming it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from train_embodied.config.sections import ModelSection
+from train_embodied.policy_io import build_policy_for_run
+
+OFT_FOLDER = Path(__file__).parents[3] / "packages/vla-models/tests/official_vla/openvla_oft/checkpoint"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _published(**changes) -> ModelSection:
+    keys = dict(
+        model_type="openvla_oft",
+        size="full",
+        model_path=str(OFT_FOLDER),
+        action_dim=7,
+        num_action_chunks=8,
+        image_size=224,
+        use_proprio=True,
+        proprio_dim=8,
+        num_images_in_input=2,
+        implement_version="official",
+        unnorm_key="libero_object_no_noops",
+        add_value_head=False,
+    )
+    keys.update(changes)
+    return ModelSection(**keys)
+
+
+def test_reference_keys_reach_the_published_oft_folder() -> None:
+    policy = build_policy_for_run(_published(action_head="l1"), {"action_dim": 7})
+    cfg = policy.config
+    assert (cfg.family, cfg.implement_version, cfg.num_images_in_input, cfg.proprio_dim) == (
+        "openvla_oft",
+        "official",
+        2,
+        8,
+    )
+    assert policy.l1_head is not None and policy.proprio_projector is not None
+    rlinf = build_policy_for_run(_published(implement_version="rlinf", use_proprio=False), None)
+    assert rlinf.config.implement_version == "rlinf" and rlinf.proprio_projector is None
+
+
+def test_contradicting_settings_name_key_and_both_values(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"actor.model: proprio_dim=7 contradicts .* proprio_dim=8"):
+        build_policy_for_run(_published(proprio_dim=7), None)
+    with pytest.raises(ValueError, match=r"actor.model: image_size=64 contradicts .* image_size=224"):
+        build_policy_for_run(_published(image_size=64), None)
+    tiny = ModelSection(image_size=32, extra={"patch_size": 16, "hidden_size": 64})
+    build_policy_for_run(tiny, None).save_pretrained(tmp_path / "tiny")
+    saved = dict(
+        model_path=str(tmp_path / "tiny"), image_size=32, extra={"patch_size": 16, "hidden_size": 64}
+    )
+    loaded = build_policy_for_run(ModelSection(**saved), None)
+    assert loaded.config.implement_version == "causal_prefix"
+    with pytest.raises(ValueError, match=r"num_action_chunks=2 contradicts .* num_action_chunks=1"):
+        build_policy_for_run(ModelSection(**saved, num_action_chunks=2), None)
+    with pytest.raises(ValueError, match=r"use_proprio=False contradicts .* use_proprio=True"):
+        build_policy_for_run(ModelSection(**saved, use_proprio=False), None)
+    with pytest.raises(ValueError, match=r"hidden_size=128 contradicts .* hidden_size=64"):
+        build_policy_for_run(ModelSection(**{**saved, "extra": {"patch_size": 16, "hidden_size": 128}}), None)
+
+
+def test_openvla_refuses_oft_only_keys() -> None:
+    errors = ModelSection(model_type="openvla", use_proprio=True, num_images_in_input=2).check("actor.model")
+    assert (
+        "actor.model.use_proprio=True is invalid with model_type='openvla' (OpenVLA-OFT only; allowed: False)"
+        in errors
+    )
+    assert any(e.startswith("actor.model.num_images_in_input=2 is invalid") for e in errors)
+    errors = ModelSection(implement_version="rlinf", use_proprio=True).check("actor.model")
+    assert any("use_proprio=True is invalid with implement_version='rlinf'" in e for e in errors)

@@ -222,3 +222,47 @@ def test_value_head_is_dropped_or_initialised_to_match_the_config(tmp_path, make
     save_file(sd, str(tmp_path / "ppo" / "model.safetensors"))
     with pytest.raises(ValueError, match=r"missing \['value_head.mlp.0.weight'\]"):
         load_policy(tmp_path / "ppo")
+
+
+def test_reference_value_head_layout_loads_or_is_refused(tmp_path, make_obs_fn) -> None:
+    """The reference framework's value head: no bias on the last layer (same function as a zero bias) loads;
+    its one-value-per-chunk head (action_level) is refused with a message."""
+    import pytest
+    from safetensors.torch import save_file
+
+    policy = build_policy(OpenVLAOFTConfig.tiny(action_dim=4, add_value_head=True))
+    last = len(policy.value_head.mlp) - 1
+    with torch.no_grad():
+        policy.value_head.mlp[last].weight.normal_()
+    obs = make_obs_fn(2)
+    values = policy.predict(obs, mode="greedy").values
+    assert values.abs().max() > 0
+    policy.save_pretrained(tmp_path)
+    sd = read_state_dict(tmp_path)
+    for f in tmp_path.glob("model*.safetensors*"):
+        f.unlink()
+    del sd[f"value_head.mlp.{last}.bias"]
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    loaded = load_policy(tmp_path)
+    assert torch.equal(loaded.predict(obs, mode="greedy").values, values)
+    sd[f"value_head.mlp.{last}.weight"] = torch.zeros(2, sd[f"value_head.mlp.{last}.weight"].shape[1])
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    with pytest.raises(ValueError, match=r"gives 2 values per decision .*action_level"):
+        load_policy(tmp_path)
+    assert load_policy(tmp_path, add_value_head=False).value_head is None
+
+
+def test_wrong_tensor_shape_is_one_line_naming_it(tmp_path) -> None:
+    import pytest
+    from safetensors.torch import save_file
+
+    build_policy(OpenVLAConfig.tiny(action_dim=4)).save_pretrained(tmp_path)
+    sd = read_state_dict(tmp_path)
+    for f in tmp_path.glob("model*.safetensors*"):
+        f.unlink()
+    sd["projector.fc3.weight"] = torch.zeros(3, 3)
+    save_file(sd, str(tmp_path / "model.safetensors"))
+    with pytest.raises(
+        ValueError, match=r"tensor projector.fc3.weight has shape \[3, 3\], the config needs \[128, 128\]"
+    ):
+        load_policy(tmp_path)

@@ -480,6 +480,8 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
     if saved_head and policy.value_head is None:
         logger.info("%s: dropping the checkpoint's value head (add_value_head=False): %s", p, saved_head)
         own = {k: v for k, v in own.items() if not k.startswith(_VALUE_HEAD)}
+    if saved_head and policy.value_head is not None:
+        own.update(_reference_value_head(p, own, policy.value_head))
     saved_l1 = [k for k in own if k.startswith("l1_head.")]
     if saved_l1 and policy.l1_head is None:
         logger.info("%s: the L1 action head is not used (action_head='discrete')", p)
@@ -516,3 +518,23 @@ def _check_shapes(path: Path, policy: Any, sd: dict[str, torch.Tensor]) -> None:
                 f"checkpoint {path}: tensor {name} has shape {list(v.shape)}, the config needs "
                 f"{list(own[k].shape)}"
             )
+
+
+def _reference_value_head(path: Path, sd: dict[str, torch.Tensor], head: Any) -> dict[str, torch.Tensor]:
+    """The reference framework's value head has the same ``mlp.*`` layout but no bias on its last layer (the
+    same function as a zero bias, which this supplies). Its ``action_level`` head (one value per chunk) is
+    refused: this value head gives one value per decision."""
+    last = len(head.mlp) - 1
+    weight, bias = f"{_VALUE_HEAD}mlp.{last}.weight", f"{_VALUE_HEAD}mlp.{last}.bias"
+    if weight not in sd:
+        return {}
+    if sd[weight].shape[0] != 1:
+        raise ValueError(
+            f"checkpoint {path}: {weight} gives {sd[weight].shape[0]} values per decision (the reference "
+            "framework's value_type=action_level, one per chunk); this value head gives one (chunk_level): "
+            "load with add_value_head=False to start a fresh critic"
+        )
+    if bias not in sd:
+        logger.info("%s: value head without a last-layer bias (reference layout): using a zero bias", path)
+        return {bias: torch.zeros(1, dtype=sd[weight].dtype)}
+    return {}

@@ -24,7 +24,13 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vla_models.dtypes import DTYPES, default_dtype
-from vla_models.lora import merged_state_dict
+from vla_models.lora import (
+    is_language_model_target,
+    load_adapter_weights,
+    merge_adapter_into,
+    merged_state_dict,
+    read_lora_adapter,
+)
 from vla_models.prismatic.checkpoint_keys import (
     film_state_dict,
     from_openvla_names,
@@ -383,6 +389,11 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
       at zero, so initial values are 0; logged at INFO), e.g. to start PPO from a pretrained actor;
     * a checkpoint holding only part of the value head's tensors is refused (ValueError naming them).
 
+    ``lora_path``: a peft adapter folder trained on this checkpoint (``adapter_config.json`` +
+    ``adapter_model.safetensors``). With ``is_lora=True`` its language-model adapters stay trainable LoRA (rank
+    and alpha from the adapter; a different ``lora_rank`` is an error) and the rest is merged; otherwise all of
+    it is merged into the weights.
+
     Args:
         path: checkpoint directory.
         **overrides: config fields (see above).
@@ -403,7 +414,6 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
     families = _family_classes()
     overrides = dict(overrides)
     lora_path = overrides.pop("lora_path", None)
-    merge_lora = overrides.pop("merge_lora", None)
     given = {k: overrides.pop(k) for k in ARCHITECTURE_KEYS if k in overrides}
     sd = read_state_dict(p)
     side: dict[str, dict[str, torch.Tensor]] = {}
@@ -464,6 +474,24 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
         )
     cfg_cls, policy_cls = families[family]
     cd.update({k: v for k, v in given.items() if k not in _BACKBONE_KEYS and k != "model_type"})
+    adapter, kept_lora = None, []
+    if lora_path is not None:
+        adapter = read_lora_adapter(lora_path)
+        if overrides.get("is_lora", cd.get("is_lora", False)):
+            # kept as trainable LoRA: the language model's projections (the ones apply_lora adapts) stay
+            # adapters; anything else the adapter touches (towers, projector) is merged into the frozen base
+            for key, value in (("lora_rank", adapter.rank), ("lora_alpha", adapter.alpha)):
+                if overrides.get(key) is not None and float(overrides[key]) != float(value):
+                    raise _contradiction(Path(lora_path), key, overrides[key], value)
+            overrides["lora_rank"] = adapter.rank
+            overrides["lora_alpha"] = (
+                int(adapter.alpha) if float(adapter.alpha).is_integer() else adapter.alpha
+            )
+            kept_lora = [n for n in adapter.modules if is_language_model_target(n)]
+        merged = [n for n in adapter.modules if n not in kept_lora]
+        if kept_lora and merged:
+            logger.info("%s: merged the adapters outside the language model: %s", lora_path, merged[:5])
+        merge_adapter_into(sd, adapter, merged)
     cd.update(overrides)
     cd["model_path"] = str(p)
     cd["tokenizer"] = "checkpoint"
@@ -501,10 +529,8 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
             f"checkpoint {p} does not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}"
         )
     policy = policy.finalize()
-    if lora_path is not None:
-        from vla_models.lora import load_lora_adapter
-
-        load_lora_adapter(policy, lora_path, merge=bool(merge_lora))
+    if kept_lora:
+        load_adapter_weights(policy.backbone, adapter, kept_lora, prefix="")
     return policy
 
 

@@ -83,5 +83,5 @@ def test_lora_path_merged_or_kept(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match=r"lora_rank=8 contradicts .* lora_rank=4"):
         load_policy(FOLDER, lora_path=tmp_path / "adapter", is_lora=True, lora_rank=8, **kw)
-    with pytest.raises(FileNotFoundError, match="no adapter_config.json"):
+    with pytest.raises(FileNotFoundError, match=r"no adapter_config\.json"):
         load_policy(FOLDER, lora_path=tmp_path / "merged", **kw)

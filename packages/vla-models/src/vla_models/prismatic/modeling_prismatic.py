@@ -47,10 +47,11 @@ def _build_tower(cfg: VisionTowerConfig, image_size: int, attn_implementation: s
 
 
 class FiLM(nn.Module):
-    """Per-block FiLM of vision features by the mean language embedding: ``x * (1 + gamma) + beta``.
+    """FiLM of one tower's tokens by a language vector, inside every block that runs (OpenVLA-OFT's placement):
+    ``x = x + ls1(attn(norm1(x)))``, then ``x = x * (1 + gamma) + beta`` with ``gamma = scale[i](l)``,
+    ``beta = shift[i](l)``, then ``x = x + ls2(mlp(norm2(x)))``.
 
-    Starts as the identity (zero-initialised projections). OpenVLA-OFT applies it inside each ViT block; here
-    it is applied after each block that is run.
+    Starts as the identity (zero-initialised projections).
     """
 
     def __init__(self, language_dim: int, vision_dim: int, num_blocks: int) -> None:
@@ -65,6 +66,23 @@ class FiLM(nn.Module):
         gamma = self.scale[block](language).unsqueeze(1)
         beta = self.shift[block](language).unsqueeze(1)
         return x * (1.0 + gamma) + beta
+
+
+def _first(out: torch.Tensor | tuple) -> torch.Tensor:
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _film_block(
+    kind: str, layer: nn.Module, h: torch.Tensor, film: FiLM, language: torch.Tensor, i: int
+) -> torch.Tensor:
+    """One transformers ViT block with FiLM between its attention and MLP halves (see :class:`FiLM`)."""
+    if kind == "dinov2_reg":
+        h = h + layer.layer_scale1(_first(layer.attention(layer.norm1(h))))
+        h = film(h, language, i)
+        return h + layer.layer_scale2(layer.mlp(layer.norm2(h)))
+    h = h + _first(layer.self_attn(hidden_states=layer.layer_norm1(h), attention_mask=None))
+    h = film(h, language, i)
+    return h + layer.mlp(layer.layer_norm2(h))
 
 
 class FusedMLPProjector(nn.Module):
@@ -114,9 +132,7 @@ def _run_tower(
         prefix = 0
         args = (None,)  # SigLIP's `attention_mask` has no default
     for i, layer in enumerate(layers[:-1]):
-        h = layer(h, *args)
-        if film is not None:
-            h = film(h, language, i)
+        h = layer(h, *args) if film is None else _film_block(cfg.kind, layer, h, film, language, i)
     return h[:, prefix:]
 
 

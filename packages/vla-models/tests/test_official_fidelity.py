@@ -163,6 +163,11 @@ def test_oft_rlinf_layout(oft_case) -> None:
         < LOGITS_TOL
     )
     _check_logprobs(policy, out, expected["rlinf_action_bin_logits"])
+    sampled = policy.predict(
+        _obs(inputs, meta), mode="sample", temperature=1.6, generator=torch.Generator().manual_seed(0)
+    )
+    logp, ent, _ = policy.evaluate(sampled.forward_inputs)
+    assert torch.equal(logp, sampled.logprobs) and torch.equal(ent, sampled.entropy)
     with pytest.raises(ValueError, match="use_proprio=True is invalid with implement_version='rlinf'"):
         load_policy(folder, implement_version="rlinf", use_proprio=True, unnorm_key=meta["unnorm_key"], **OFT)
 

@@ -182,6 +182,8 @@ def test_settings_the_folder_contradicts_and_broken_files_are_named(tmp_path, of
         load_policy(folder, hidden_size=128, **OFT, **key)
     with pytest.raises(FileNotFoundError, match=r"use_film=True needs .*vision_backbone--\*_checkpoint.pt"):
         load_policy(folder, use_film=True, **OFT, **key)
+    with pytest.raises(ValueError, match=r"n_action_bins=128 contradicts .* n_action_bins=256"):
+        load_policy(ROOT / "openvla" / "checkpoint", n_action_bins=128, unnorm_key="bridge_orig")
     with pytest.raises(ValueError, match="action_dim=6 does not match the statistics"):
         load_policy(ROOT / "openvla" / "checkpoint", action_dim=6, unnorm_key="bridge_orig")
 

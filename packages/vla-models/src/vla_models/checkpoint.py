@@ -437,6 +437,7 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
         if family not in families:
             raise ValueError(f"model_type={family!r} is not supported; allowed: {sorted(families)}")
         facts = {k: f(cd["backbone"]) for k, f in _BACKBONE_KEYS.items()}
+        facts["n_action_bins"] = cd["n_action_bins"]
         if family == "openvla_oft":
             wanted = {
                 "proprio_projector": given.get("use_proprio", "proprio_projector" in present),

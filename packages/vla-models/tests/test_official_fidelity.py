@@ -133,7 +133,7 @@ def test_oft_official_layout_l1_head_and_discrete_tokens(oft_case) -> None:
     logits = policy.action_bin_logits(out.forward_inputs)
     assert _max_dev(logits, expected["action_bin_logits"]) < LOGITS_TOL
     with torch.no_grad():
-        hidden, _ = policy._hidden_at_actions(out.forward_inputs)
+        hidden = policy.action_hidden_states(out.forward_inputs)
     assert _max_dev(hidden, expected["actions_hidden_states"]) < HIDDEN_TOL
     with pytest.raises(ValueError, match="action_head='l1'"):
         policy.predict(obs, mode="sample")

@@ -249,9 +249,9 @@ class PrismaticVLAPolicy(nn.Module):
         start = t0 - 1 if self.shifted_readout else t0
         return hidden[:, start : start + n], hidden[:, t0 - 1]
 
-    def action_bin_logits(self, forward_inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Raw logits ``[B, C*A, n_bins]`` (float32, temperature 1, no top-k) over the action bins at the
-        positions that predict each action token (OpenVLA: teacher forcing on ``action_tokens``)."""
+    def action_hidden_states(self, forward_inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Last-layer hidden states ``[B, C*A, H]`` at the positions that predict each action token (the L1
+        head's input; OpenVLA: teacher forcing on ``action_tokens``, which default to bin 0 when absent)."""
         fi = {k: v.to(self.device) for k, v in forward_inputs.items()}
         if "action_tokens" not in fi:
             fi["action_tokens"] = torch.full(
@@ -260,8 +260,12 @@ class PrismaticVLAPolicy(nn.Module):
                 dtype=torch.long,
                 device=self.device,
             )
-        hidden, _ = self._hidden_at_actions(fi)
-        return hidden.float() @ self._action_weight().float().T
+        return self._hidden_at_actions(fi)[0]
+
+    def action_bin_logits(self, forward_inputs: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Raw logits ``[B, C*A, n_bins]`` (float32, temperature 1, no top-k) over the action bins at the
+        positions that predict each action token."""
+        return self.action_hidden_states(forward_inputs).float() @ self._action_weight().float().T
 
     def _values(self, critic_input: torch.Tensor) -> torch.Tensor | None:
         if self.value_head is None:

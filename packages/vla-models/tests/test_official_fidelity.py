@@ -193,6 +193,37 @@ def test_settings_the_folder_contradicts_and_broken_files_are_named(tmp_path, of
     with pytest.raises(ValueError, match=r"config.json is not valid JSON"):
         load_policy(broken)
     (broken / "config.json").write_text((ROOT / "openvla" / "checkpoint" / "config.json").read_text())
+    (broken / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"has no tokenizer \(tokenizer.json or tokenizer.model\)"):
+        load_policy(broken)
     (broken / "model-00002-of-00005.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match=r"model-00002-of-00005.safetensors \(listed in"):
         load_policy(broken)
+
+
+def test_oft_bounds_normalization_uses_min_max(oft_case) -> None:
+    """normalization_type="bounds": OpenVLA-OFT's BOUNDS scheme, ``[min, max]`` with its ``+1e-8``."""
+    inputs, _, meta = oft_case
+    folder = ROOT / "openvla_oft" / "checkpoint"
+    stats = json.loads((folder / "dataset_statistics.json").read_text())[meta["unnorm_key"]]
+    policy = load_policy(
+        folder,
+        normalization_type="bounds",
+        use_proprio=True,
+        unnorm_key=meta["unnorm_key"],
+        precision="fp32",
+        **OFT,
+    )
+    states = inputs["states"].astype(np.float64)
+    lo, hi = np.array(stats["proprio"]["min"]), np.array(stats["proprio"]["max"])
+    mask = np.array(stats["proprio"].get("mask", np.ones_like(lo, dtype=bool)))
+    ref = np.clip(np.where(mask, 2 * (states - lo) / (hi - lo + 1e-8) - 1, states), -1, 1)
+    assert _max_dev(policy.normalized_states(torch.as_tensor(inputs["states"])), ref) < PIXEL_TOL
+    out = policy.predict(_obs(inputs, meta), mode="greedy")
+    norm = (
+        policy.action_tokenizer.token_ids_to_normalized(out.forward_inputs["action_tokens"]).double().numpy()
+    )
+    lo, hi = np.array(stats["action"]["min"]), np.array(stats["action"]["max"])
+    mask = np.array(stats["action"].get("mask", np.ones_like(lo, dtype=bool)))
+    ref = np.where(mask, 0.5 * (norm + 1) * (hi - lo + 1e-8) + lo, norm)
+    assert _max_dev(out.actions, ref) < ACTION_TOL

@@ -168,4 +168,6 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     p = Path(path)
     if (p / "tokenizer.json").exists():
         return PreTrainedTokenizerFast.from_pretrained(str(p), local_files_only=True)
+    if not (p / "tokenizer.model").exists():
+        raise FileNotFoundError(f"{p} has no tokenizer (tokenizer.json or tokenizer.model)")
     return AutoTokenizer.from_pretrained(str(p), local_files_only=True, trust_remote_code=False)

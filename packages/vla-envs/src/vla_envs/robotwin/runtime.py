@@ -92,7 +92,7 @@ def check_python(opts: RoboTwinOptions, checkout: Path | None) -> str:
 
 class RoboTwinProcess:
     """RoboTwin's VectorEnv in a child process: `reset(env_idx, env_seeds) -> raw obs`, `step(actions)`,
-    `get_obs()`, `attr(name)`, `close()`. Errors of the child arrive as RoboTwinUnavailableError / ValueError /
+    `get_obs()`, `attr(name)`, `run(file, function)`, `close()`. Errors of the child arrive as RoboTwinUnavailableError / ValueError /
     RuntimeError with its message; a call past its timeout kills the child."""
 
     def __init__(self, opts: RoboTwinOptions, n_envs: int, env_seeds: list[int]) -> None:
@@ -144,7 +144,12 @@ class RoboTwinProcess:
         return self._closed
 
     def attr(self, name: str) -> Any:
+        """A picklable attribute of RoboTwin's VectorEnv, by dotted name (`"envs.0.task.take_action_cnt"`)."""
         return self._call("attr", name)
+
+    def run(self, file: str | Path, function: str, **kwargs: Any) -> Any:
+        """`function(vector_env, **kwargs)` of a python file, run in the RoboTwin process (diagnostics, tests)."""
+        return self._call("run", str(file), function, kwargs)
 
     def close(self) -> None:
         """Close RoboTwin's envs and end the child (idempotent)."""

@@ -10,6 +10,8 @@ RoboTwin is installed, which is usually a separate virtual environment (RoboTwin
   ("get_obs",)                       VectorEnv.get_obs()
   ("step", actions [n, horizon, 14]) VectorEnv.step -> (obs, rewards, terminated, truncated, infos)
   ("attr", dotted_name)              a picklable attribute of the VectorEnv (diagnostics and tests)
+  ("run", file, function, kwargs)    function(vector_env, **kwargs) of a python file, run here (diagnostics and
+                                     tests that arrange a scene, e.g. place blocks so that the task succeeds)
   ("close",)                         VectorEnv.close(), then exit
 
 Replies: ("ok", value) or ("error", kind, message) with kind "unavailable" (RoboTwin or its assets cannot be
@@ -195,6 +197,14 @@ class Host:
         for part in dotted.split("."):
             value = value[int(part)] if part.isdigit() else getattr(value, part)
         return value
+
+    def run(self, file: str, function: str, kwargs: dict[str, Any]) -> Any:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(Path(file).stem, file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return getattr(module, function)(self.venv, **kwargs)
 
     def close(self) -> None:
         if self.venv is not None:

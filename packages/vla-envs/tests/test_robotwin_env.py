@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 
@@ -122,6 +123,29 @@ def test_missing_checkout_or_assets_say_what_is_missing_and_how_to_install(
     (assets / "assets/embodiments/piper/config.yml").write_text("arm_joints_name: [[a, b, c, d, e, f, g]] \n")
     with pytest.raises(ValueError, match=r"embodiment 'piper' has \[7\] arm joints.*6 joints \+ 1 gripper"):
         make_env(_cfg(assets))
+
+
+def test_import_failures_of_any_type_and_a_crashing_runtime_give_clear_errors(
+    assets: Path, tmp_path: Path
+) -> None:
+    checkout = tmp_path / "checkout"
+    shutil.copytree(STUB, checkout)
+    vector_env = checkout / "robotwin/envs/vector_env.py"
+    vector_env.write_text(
+        "open('/no/assets/objects/objaverse/list.json')\n"
+    )  # RoboTwin reads files at import
+    with pytest.raises(RoboTwinUnavailableError, match=r"raised FileNotFoundError.*list.json"):
+        make_env(_cfg(assets, extra={"robotwin_path": str(checkout)}))
+    vector_env.write_text("import h5py_not_installed\n")
+    with pytest.raises(
+        RoboTwinUnavailableError, match=r"importing robotwin.envs.vector_env.*h5py_not_installed"
+    ):
+        make_env(_cfg(assets, extra={"robotwin_path": str(checkout)}))
+    vector_env.write_text(
+        "import os\n\nclass VectorEnv:\n    def __init__(self, **kw):\n        os._exit(3)\n"
+    )
+    with pytest.raises(RoboTwinUnavailableError, match=r"process ended \(exit code 3\)"):
+        make_env(_cfg(assets, extra={"robotwin_path": str(checkout)}))
 
 
 @pytest.mark.parametrize(

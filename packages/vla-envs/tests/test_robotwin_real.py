@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import pytest
 from PIL import Image
 
 from vla_envs import EnvConfig, make_env
+from vla_envs.robotwin import RoboTwinUnavailableError
 
 ROOT = Path(__file__).resolve().parents[3]
 HOOKS = Path(__file__).with_name("robotwin_real_hooks.py")
@@ -47,7 +49,7 @@ CASES = {
 
 
 def _cfg(task: str) -> EnvConfig:
-    extra, max_steps = CASES[task]
+    extra, max_steps = CASES.get(task, ({}, 6))
     tc = {
         "domain_randomization": {"random_background": False, "cluttered_table": False, "random_light": False}
     }
@@ -125,3 +127,17 @@ def test_real_robotwin_task_through_the_adapter(task: str) -> None:
     finally:
         env.close()
     assert env.venv.closed and env.venv._proc.poll() is not None  # RoboTwin's process has ended
+
+
+@pytest.mark.slow
+def test_a_construction_that_never_ends_is_bounded() -> None:
+    """stack_blocks_three describes its scene by running RoboTwin's expert, which finds no grasp for the stand-in
+    robot; RoboTwin's VectorEnv then keeps retrying seeds and its constructor never returns."""
+    cfg = _cfg("stack_blocks_three")
+    cfg = cfg.replace(extra={**cfg.extra, "construct_timeout_s": 30})
+    start = time.monotonic()
+    with pytest.raises(
+        RoboTwinUnavailableError, match=r"VectorEnv did not finish within 30 s.*retries the next"
+    ):
+        make_env(cfg)
+    assert time.monotonic() - start < 75  # the child was killed, not waited for

@@ -198,14 +198,14 @@ class RoboTwinProcess:
             self._proc.wait()
             self.close()
             reason = (
-                f"did not finish within {timeout:.0f} s (RoboTwin retries the next seed forever when a task "
+                f" did not finish within {timeout:.0f} s (RoboTwin retries the next seed forever when a task "
                 "cannot be set up: missing object assets, or an expert that cannot plan for the embodiment; "
                 "raise extra['construct_timeout_s'] / extra['call_timeout_s'] for a slow machine)"
                 if alive
-                else f"ended its process (exit code {self._proc.returncode})"
+                else f": the RoboTwin process ended (exit code {self._proc.returncode})"
             )
             error = RoboTwinUnavailableError if cmd == "init" else RuntimeError
-            raise error(f"{what} {reason}; its last output:\n{tail}")
+            raise error(f"{what}{reason}; its last output:\n{tail}")
         try:
             reply = self._conn.recv()
         except EOFError:

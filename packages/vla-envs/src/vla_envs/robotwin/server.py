@@ -52,13 +52,14 @@ def _import_vector_env(spec: dict[str, Any]) -> Any:
         module = importlib.import_module("robotwin.envs.vector_env")
     except ImportError as exc:
         raise RequestError(
-            "unavailable", f"importing robotwin.envs.vector_env under {sys.executable} failed: {exc!r}"
+            "unavailable",
+            f"importing robotwin.envs.vector_env under {sys.executable} failed: {type(exc).__name__}: {exc}",
         ) from exc
     except Exception as exc:  # RoboTwin reads files at import time (e.g. a missing asset list)
         raise RequestError(
             "unavailable",
-            f"importing robotwin.envs.vector_env under {sys.executable} raised {exc!r} (assets or requirements "
-            "incomplete?)",
+            f"importing robotwin.envs.vector_env under {sys.executable} raised {type(exc).__name__}: {exc} "
+            "(assets or requirements incomplete?)",
         ) from exc
     return module
 

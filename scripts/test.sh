@@ -5,6 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export VENV="${VENV:-.venv-test}"
 bash scripts/setup.sh --fresh
+# RoboTwin runs in its own environment (its pins clash with this one); built once, reused while unchanged.
+# The RoboTwin integration tests (packages/vla-envs/tests/test_robotwin_real.py) find it through ROBOTWIN_VENV.
+export ROBOTWIN_VENV="${ROBOTWIN_VENV:-$PWD/.venv-robotwin}"
+bash scripts/setup_robotwin.sh
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 # Strict: a test skipped for any reason other than a missing CUDA GPU fails (a broken extra must not hide).

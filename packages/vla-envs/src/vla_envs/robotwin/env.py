@@ -1,23 +1,30 @@
 """`RoboTwinEnv`: the BatchedEnv contract over RoboTwin 2.0's own vector env (`robotwin.envs.vector_env`).
 
-RoboTwin's `VectorEnv(task_config, n_envs, env_seeds, instruction_type)` simulates its envs in threads of this
-process (SAPIEN on a GPU): `reset(env_idx, env_seeds)`, `get_obs()` -> one dict per env (`full_image`,
-`left_wrist_image`, `right_wrist_image`, `state` [14], `instruction`), `step(actions [n, horizon, 14])` ->
-(obs list, rewards, terminated, truncated, infos), `close()`. We call `step` once per chunk position with
-horizon 1, so rewards and flags are per position. Every env steps on every call (the vector env cannot skip
-one): a row whose episode ended inside a chunk keeps receiving that chunk's remaining actions, but their
-outputs are dropped and the row is reset at the end of the call, which gives exactly the package's same-step
-autoreset semantics. With `auto_reset=False` an ended row is held (outputs dropped, obs = its final obs) until
-`reset()`.
+RoboTwin's `VectorEnv(task_config, n_envs, env_seeds, instruction_type)` runs in a child process started with
+the interpreter of RoboTwin's environment (`runtime.RoboTwinProcess`): `reset(env_idx, env_seeds)`, `get_obs()`
+-> one dict per env (`full_image`, `left_wrist_image`, `right_wrist_image`, `state` [14], `instruction`),
+`step(actions [n, horizon, 14])` -> (obs list, rewards, terminated, truncated, infos), `close()`.
+
+Chunk execution (`extra['chunk_execution']`): "chunk" (default, as the reference framework) calls `step` once
+with the whole chunk: RoboTwin time-parameterises the C actions as one trajectory, checks success at every
+physics step and renders once; rewards, `terminated` and `truncated` of the chunk are reported at its last
+position (the other positions are 0/False) and the episode length grows by C. "position" calls `step` once per
+chunk position (horizon 1): per-position flags, but the arm stops at every action (about 2.8x the simulated
+time per chunk) and every position renders. Every env steps on every call (the vector env cannot skip one):
+a row whose episode ended keeps receiving actions, but their outputs are dropped and the row is reset at the
+end of the call, which gives exactly the package's same-step autoreset semantics. With `auto_reset=False` an
+ended row is held (outputs dropped, obs = its final obs) until `reset()`.
 
 Reset states: the env has one task; `reset_state_id` t in [0, num_trials_per_task) is RoboTwin seed
-`seed_base + t` (RoboTwin itself moves on to the next seed when a seed gives an unstable scene).
-Termination = RoboTwin's success; truncation = RoboTwin's `step_lim` or `max_episode_steps`.
+`seeds[t]` of the reference's verified seed list (`extra['seeds_path']`) or else `seed_base + t` (RoboTwin
+itself moves on to the next seed when a seed gives an unstable scene). After each reset the instruction is
+rebuilt from the scene actually set up (RoboTwin builds it from the constructor's seed).
+Termination = RoboTwin's success (sticky in RoboTwin); truncation = RoboTwin's `step_lim` or
+`max_episode_steps`.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +34,7 @@ from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, empty_epis
 from vla_envs.config import EnvConfig
 from vla_envs.robotwin.observations import convert_obs
 from vla_envs.robotwin.options import ACTION_DIM, RoboTwinOptions, resolve_options
-from vla_envs.robotwin.runtime import import_vector_env
+from vla_envs.robotwin.runtime import RoboTwinProcess
 from vla_envs.video import EpisodeVideoRecorder
 
 # RoboTwin's 14-D joint action (and state) layout: left arm joints [6], left gripper [1], right arm joints [6],
@@ -61,13 +68,9 @@ class RoboTwinEnv(BatchedEnv):
         self.num_reset_states = cfg.num_trials_per_task
         self._rng = np.random.default_rng(cfg.seed)
         self._closed = False
-        vector_env_cls = import_vector_env(opts)
         ids = self._draw_ids(self.num_envs)
-        self.venv = vector_env_cls(
-            task_config=copy.deepcopy(opts.task_config),
-            n_envs=self.num_envs,
-            env_seeds=[self.robotwin_seed(int(i)) for i in ids],
-            instruction_type=opts.instruction_type,
+        self.venv = RoboTwinProcess(
+            opts, n_envs=self.num_envs, env_seeds=[self.robotwin_seed(int(i)) for i in ids]
         )
         b = self.num_envs
         self._steps = np.zeros(b, dtype=np.int64)
@@ -83,7 +86,9 @@ class RoboTwinEnv(BatchedEnv):
 
     # ------------------------------------------------------------------ reset-state ids
     def robotwin_seed(self, reset_state_id: int) -> int:
-        """RoboTwin seed of a reset_state_id."""
+        """RoboTwin seed of a reset_state_id (from the seed list of `seeds_path`, else `seed_base + id`)."""
+        if self.opts.seeds is not None:
+            return int(self.opts.seeds[int(reset_state_id)])
         return self.opts.seed_base + int(reset_state_id)
 
     def describe_reset_state(self, reset_state_id: int) -> tuple[str, int]:
@@ -109,10 +114,10 @@ class RoboTwinEnv(BatchedEnv):
         return ids.astype(np.int64)
 
     def _reset_rows(self, rows: np.ndarray, ids: np.ndarray) -> Obs:
-        self.venv.reset(env_idx=[int(r) for r in rows], env_seeds=[self.robotwin_seed(int(i)) for i in ids])
+        raw = self.venv.reset([int(r) for r in rows], [self.robotwin_seed(int(i)) for i in ids])
         self._steps[rows] = 0
         self._prev_success[rows] = False
-        return convert_obs(self.venv.get_obs(), self.opts)
+        return convert_obs(raw, self.opts)
 
     # ------------------------------------------------------------------ API
     def reset(
@@ -155,11 +160,14 @@ class RoboTwinEnv(BatchedEnv):
         obs = self._last_obs
         was_held = self._held.copy()
         start_len = self._acc["episode_len"].copy()
-        for t in range(c):
+        # (first, end) chunk positions executed by one RoboTwin step; outputs land at position end - 1
+        segments = [(0, c)] if self.opts.chunk_execution == "chunk" else [(t, t + 1) for t in range(c)]
+        for first, end in segments:
+            t, n = end - 1, end - first
             live = ~self._held & ~ended
             if not live.any():
                 break  # every row ended in this chunk: the remaining actions are ignored
-            raw, _, term, trunc, infos = self.venv.step(acts[:, t : t + 1])
+            raw, _, term, trunc, infos = self.venv.step(acts[:, first:end])
             term, trunc = _flags(term, b), _flags(trunc, b)
             succ = np.array(
                 [
@@ -167,8 +175,8 @@ class RoboTwinEnv(BatchedEnv):
                     for i, tm in zip(infos, term)
                 ]
             )
-            self._steps[live] += 1
-            steps_taken[live] += 1
+            self._steps[live] += n
+            steps_taken[live] += n
             reward = self.opts.reward_coef * succ.astype(np.float32)
             if self.opts.use_rel_reward:
                 reward -= self.opts.reward_coef * self._prev_success.astype(np.float32)
@@ -180,7 +188,7 @@ class RoboTwinEnv(BatchedEnv):
             terminated[live, t] = term_now[live]
             truncated[live, t] = trunc_now[live]
             newly = live & (term_now | trunc_now)
-            need_obs = newly.any() or t == c - 1 or self.video is not None
+            need_obs = newly.any() or end == c or self.video is not None
             if need_obs:
                 step_obs = merge_obs_rows(convert_obs(raw, self.opts), obs, ~live)
                 final_obs = merge_obs_rows(final_obs, step_obs, newly)
@@ -258,7 +266,8 @@ def make_robotwin_env(cfg: EnvConfig) -> RoboTwinEnv:
 
     Raises:
         ValueError: unsupported task (the 4 tasks RoboTwin's vector env lacks included) or a bad option.
-        RoboTwinUnavailableError: the checkout, its assets or its requirements are missing (says which).
+        RoboTwinUnavailableError: RoboTwin, its assets or its requirements are missing, or building the envs
+            did not finish within `extra['construct_timeout_s']` (says which).
     """
     if cfg.env_type != "robotwin":
         raise ValueError(f"make_robotwin_env got EnvConfig.env_type={cfg.env_type!r}, expected 'robotwin'")

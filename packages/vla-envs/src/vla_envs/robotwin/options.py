@@ -1,13 +1,17 @@
 """RoboTwin-specific settings read from `EnvConfig` (its generic fields plus `extra`).
 
-`extra` keys (the names of the reference configs): `task_config` (RoboTwin's task configuration; merged over
-`DEFAULT_TASK_CONFIG`), `assets_path`, `robotwin_path` (else `$ROBOTWIN_PATH`), `center_crop`, `reward_coef`,
-`use_rel_reward`, `seed_base` and `instruction_type`.
+`extra` keys (the names of the reference configs where it has them): `task_config` (RoboTwin's task
+configuration; merged over `DEFAULT_TASK_CONFIG`), `assets_path` (else `$ROBOTWIN_ASSETS_ROOT`, `$ASSETS_PATH`,
+the checkout), `robotwin_path` (a checkout; else `$ROBOTWIN_PATH`; unset: the installed `robotwin` package),
+`robotwin_python` (the interpreter of RoboTwin's environment; else `$ROBOTWIN_PYTHON`, else this one),
+`center_crop`, `reward_coef`, `use_rel_reward`, `seeds_path` (the reference's verified seed list, json),
+`seed_base`, `instruction_type`, `chunk_execution`, `camera_shader`, `construct_timeout_s`, `call_timeout_s`.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +30,7 @@ DEFAULT_TASK_CONFIG: dict[str, Any] = {
     "task_name": None,
     "step_lim": 200,
     "embodiment": ["piper", "piper", 0.6],
-    "planner_backend": "curobo",
+    "planner_backend": "mplib",  # as every reference config; cuRobo needs CUDA just to build an env
     "render_freq": 0,
     "episode_num": 100,
     "use_seed": False,
@@ -72,9 +76,23 @@ EXTRA_KEYS = (
     "center_crop",
     "reward_coef",
     "use_rel_reward",
+    "seeds_path",
     "seed_base",
     "instruction_type",
+    "robotwin_python",
+    "chunk_execution",
+    "camera_shader",
+    "construct_timeout_s",
+    "call_timeout_s",
 )
+CHUNK_EXECUTION = ("chunk", "position")
+# Native (H, W) of RoboTwin's head camera types (its _camera_config.yml).
+CAMERA_HW = {"D435": (240, 320), "L515": (180, 320), "Large_D435": (480, 640), "Large_L515": (360, 640)}
+# Seeds when no seeds_path is given: training draws from seed_base + [0, num_trials_per_task); the reference
+# framework's evaluation seeds start at EVAL_SEED_BASE, so an eval section should set seed_base to it.
+TRAIN_SEED_BASE = 100000
+EVAL_SEED_BASE = 100100000
+SEVEN_DOF_EMBODIMENTS = ("franka-panda",)
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -121,8 +139,14 @@ class RoboTwinOptions:
     wrist: str | None = None
     reward_coef: float = 1.0
     use_rel_reward: bool = False
-    seed_base: int = 100000
+    seed_base: int = TRAIN_SEED_BASE
+    seeds: tuple[int, ...] | None = None
     instruction_type: str = "seen"
+    robotwin_python: str | None = None
+    chunk_execution: str = "chunk"
+    camera_shader: str | None = None
+    construct_timeout_s: float = 900.0
+    call_timeout_s: float = 600.0
 
     @property
     def num_wrist_images(self) -> int:
@@ -200,18 +224,97 @@ def resolve_options(cfg: EnvConfig) -> RoboTwinOptions:
             cfg.reward_mode,
             "'sparse' (RoboTwin's dense rewards are not available for all tasks)",
         )
+    for key in ("collect_head_camera",):
+        if camera.get(key) is not True:
+            _fail(
+                f"extra['task_config']['camera']['{key}']",
+                camera.get(key),
+                "true (images come from the head camera)",
+            )
+    for key in ("rgb", "qpos"):
+        if tc["data_type"].get(key) is not True:
+            _fail(
+                f"extra['task_config']['data_type']['{key}']",
+                tc["data_type"].get(key),
+                "true (images and states)",
+            )
+    names = emb[:1] if len(emb) == 1 else emb[:2]
+    seven = [n for n in names if n in SEVEN_DOF_EMBODIMENTS]
+    if seven:
+        _fail(
+            "extra['task_config']['embodiment']", emb,
+            f"6-DOF arms ({seven} have 7 joints; the 14-D actions and states need 6 + 1 gripper per arm)",
+        )  # fmt: skip
+    center = extra.get("center_crop", True)
+    if not isinstance(center, bool):
+        _fail("extra['center_crop']", center, "true/false")
+    native = CAMERA_HW.get(camera["head_camera_type"])
+    if not center and native is not None and cfg.image_hw != native:
+        _fail(
+            "image_size", cfg.image_size,
+            f"the native {list(native)} of the {camera['head_camera_type']} camera when extra['center_crop'] is "
+            "false (the frame is kept as RoboTwin renders it, as the reference feeds pi0); or center_crop true",
+        )  # fmt: skip
+    chunk_execution = extra.get("chunk_execution", "chunk")
+    if chunk_execution not in CHUNK_EXECUTION:
+        _fail("extra['chunk_execution']", chunk_execution, f"one of {CHUNK_EXECUTION}")
+    shader = extra.get("camera_shader")
+    if shader is not None and not isinstance(shader, str):
+        _fail(
+            "extra['camera_shader']",
+            shader,
+            "null (RoboTwin's ray tracing) or a SAPIEN shader, e.g. 'default'",
+        )
+    timeouts = {}
+    for key, default in (("construct_timeout_s", 900.0), ("call_timeout_s", 600.0)):
+        value = extra.get(key, default)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+            _fail(f"extra['{key}']", value, "seconds > 0")
+        timeouts[key] = float(value)
+    seeds = _read_seeds(extra.get("seeds_path"), task, cfg.num_trials_per_task)
     robotwin_path = extra.get("robotwin_path") or os.environ.get("ROBOTWIN_PATH") or None
-    assets_path = extra.get("assets_path") or os.environ.get("ASSETS_PATH") or robotwin_path
+    assets_path = (
+        extra.get("assets_path")
+        or os.environ.get("ROBOTWIN_ASSETS_ROOT")
+        or os.environ.get("ASSETS_PATH")
+        or robotwin_path
+    )
     return RoboTwinOptions(
         task=task,
         task_config=tc,
         robotwin_path=robotwin_path,
         assets_path=assets_path,
         image_hw=cfg.image_hw,
-        center_crop=bool(extra.get("center_crop", True)),
+        center_crop=center,
         wrist=wrist,
         reward_coef=float(extra.get("reward_coef", 1.0)),
         use_rel_reward=bool(extra.get("use_rel_reward", False)),
-        seed_base=int(extra.get("seed_base", 100000)),
+        seed_base=int(extra.get("seed_base", TRAIN_SEED_BASE)),
+        seeds=seeds,
         instruction_type=str(extra.get("instruction_type", "seen")),
+        robotwin_python=extra.get("robotwin_python") or os.environ.get("ROBOTWIN_PYTHON") or None,
+        chunk_execution=chunk_execution,
+        camera_shader=shader,
+        **timeouts,
     )
+
+
+def _read_seeds(path: Any, task: str, num_trials: int) -> tuple[int, ...] | None:
+    """The first `num_trials` seeds of `task` in a seed list of the reference framework
+    (`{task: {"success_seeds": [...]}}`, e.g. its train_seeds.json / eval_seeds.json), or None without a path."""
+    if path is None:
+        return None
+    file = os.path.expanduser(str(path))
+    if not os.path.isfile(file):
+        _fail("extra['seeds_path']", path, "an existing json seed list ({task: {'success_seeds': [...]}})")
+    with open(file, encoding="utf-8") as f:
+        data = json.load(f)
+    seeds = (data.get(task) or {}).get("success_seeds") if isinstance(data, dict) else None
+    if not isinstance(seeds, list) or not all(isinstance(x, int) for x in seeds):
+        _fail("extra['seeds_path']", path, f"a json seed list with {task!r}: {{'success_seeds': [int, ...]}}")
+    if num_trials > len(seeds):
+        _fail(
+            "num_trials_per_task", num_trials,
+            f"at most the {len(seeds)} seeds that extra['seeds_path'] lists for {task!r}",
+        )  # fmt: skip
+    return tuple(seeds[:num_trials])

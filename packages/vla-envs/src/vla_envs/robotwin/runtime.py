@@ -1,44 +1,50 @@
-"""Finding a RoboTwin checkout and its assets, and importing RoboTwin's vector env from it.
+"""Where RoboTwin runs: its `VectorEnv` hosted in a child process (`server.py`), started with the interpreter
+of the environment where RoboTwin is installed.
 
-RoboTwin is not a pip package: its documentation has you clone the repository (branch `RLinf_support`),
-download the assets from the `TianxingChen/RoboTwin2.0` HuggingFace dataset with `script/_download_assets.sh`,
-put the checkout on the Python path (`ROBOTWIN_PATH`) and point `assets_path` at the directory holding
-`assets/`. Every missing piece gives a `RoboTwinUnavailableError` that says what is missing and how to get it.
+RoboTwin 2.0 comes either as the PyPI package `rlinf-robotwin-runtime` (module `robotwin`, assets under
+`ROBOTWIN_ASSETS_ROOT`) or as a git checkout of its `RLinf_support` branch (`ROBOTWIN_PATH`, assets under
+`ASSETS_PATH`). Its pins (mplib 0.2.1, numpy 1.26, sapien) usually clash with a training environment, so it
+lives in its own virtual environment (`scripts/setup_robotwin.sh`) and the adapter talks to it over a socket:
+`extra['robotwin_python']` (or `$ROBOTWIN_PYTHON`) names that interpreter, default this one. The child also
+bounds what RoboTwin leaves unbounded: building the envs (RoboTwin retries seeds forever when a task cannot be
+set up) and every call have a timeout, after which the child is killed and a clear error is raised.
 """
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import os
+import socket
+import subprocess
 import sys
+import tempfile
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
 from vla_envs.robotwin.options import RoboTwinOptions
 
+SERVER = Path(__file__).with_name("server.py")
 INSTALL_HELP = (
-    "To install RoboTwin 2.0 (needs an NVIDIA GPU with Vulkan; see the vla-envs README, section RoboTwin 2.0): "
-    "`git clone https://github.com/RoboTwin-Platform/RoboTwin.git -b RLinf_support`, install its requirements "
-    "(sapien==3.0.0b1, mplib, curobo, ...; `bash script/_install.sh`), download the assets with "
-    "`bash script/_download_assets.sh` (HuggingFace dataset TianxingChen/RoboTwin2.0), then set "
-    "ROBOTWIN_PATH=<checkout> (or extra['robotwin_path']) and extra['assets_path'] (or ASSETS_PATH) to the "
-    "directory that holds assets/ (by default the checkout)."
+    "To run RoboTwin 2.0 (no GPU needed; see the vla-envs README, section RoboTwin 2.0): build its environment "
+    "with `bash scripts/setup_robotwin.sh` (RoboTwin's runtime from PyPI, `rlinf-robotwin-runtime`) and set "
+    "extra['robotwin_python'] (or ROBOTWIN_PYTHON) to its interpreter; download RoboTwin's assets with "
+    "`robotwin-download-assets` (HuggingFace dataset TianxingChen/RoboTwin2.0: embodiments, objects, "
+    "background_texture) and set extra['assets_path'] (or ROBOTWIN_ASSETS_ROOT) to the directory holding "
+    "assets/. A git checkout of RoboTwin's RLinf_support branch works too: ROBOTWIN_PATH=<checkout>."
 )
 CHECKOUT_FILES = ("envs/__init__.py", "robotwin/envs/vector_env.py", "task_config/_embodiment_config.yml")
 ASSET_DIRS = ("assets/embodiments", "assets/objects", "assets/background_texture")
 
 
 class RoboTwinUnavailableError(RuntimeError):
-    """The RoboTwin checkout, its assets or its Python requirements are missing."""
+    """RoboTwin, its assets or its Python requirements are missing, or it cannot build the envs here."""
 
 
-def check_checkout(opts: RoboTwinOptions) -> Path:
-    """The RoboTwin checkout of `opts`, checked for the files the adapter imports and the task's module."""
+def check_checkout(opts: RoboTwinOptions) -> Path | None:
+    """The RoboTwin checkout of `opts` (None: the installed package), checked for the files the adapter uses."""
     if not opts.robotwin_path:
-        raise RoboTwinUnavailableError(
-            "env_type='robotwin' needs a RoboTwin checkout: neither ROBOTWIN_PATH nor extra['robotwin_path'] is "
-            f"set. {INSTALL_HELP}"
-        )
+        return None
     root = Path(opts.robotwin_path).expanduser()
     if not root.is_dir():
         raise RoboTwinUnavailableError(f"ROBOTWIN_PATH={str(root)!r} is not a directory. {INSTALL_HELP}")
@@ -52,55 +58,167 @@ def check_checkout(opts: RoboTwinOptions) -> Path:
     return root
 
 
-def _embodiment_dirs(root: Path, opts: RoboTwinOptions) -> list[str]:
-    """Asset directories (relative to assets_path) of the configured embodiments, from RoboTwin's table."""
-    try:
-        import yaml
-    except ImportError as exc:
+def check_assets(opts: RoboTwinOptions) -> Path:
+    """The asset root of `opts` (the directory holding assets/), checked for RoboTwin's asset folders."""
+    if not opts.assets_path:
         raise RoboTwinUnavailableError(
-            f"RoboTwin's requirements are not installed ({exc}). {INSTALL_HELP}"
-        ) from exc
-    table = yaml.safe_load((root / "task_config/_embodiment_config.yml").read_text()) or {}
-    emb = opts.task_config["embodiment"]
-    names = emb[:1] if len(emb) == 1 else emb[:2]
-    unknown = [n for n in names if n not in table]
-    if unknown:
-        raise ValueError(
-            f"EnvConfig.extra['task_config']['embodiment']={emb!r} names unknown embodiment(s) {unknown}; "
-            f"RoboTwin's task_config/_embodiment_config.yml lists {sorted(table)}"
+            "env_type='robotwin' needs RoboTwin's assets: none of extra['assets_path'], ROBOTWIN_ASSETS_ROOT, "
+            f"ASSETS_PATH, ROBOTWIN_PATH is set. {INSTALL_HELP}"
         )
-    return [str(table[n]["file_path"]) for n in names]
-
-
-def check_assets(root: Path, opts: RoboTwinOptions) -> Path:
-    """The assets directory of `opts`, checked for the downloaded asset folders and the embodiments' configs."""
-    assets = Path(opts.assets_path or root).expanduser()
-    wanted = [*ASSET_DIRS, *(os.path.join(d, "config.yml") for d in _embodiment_dirs(root, opts))]
-    missing = [w for w in wanted if not (assets / w).exists()]
+    root = Path(opts.assets_path).expanduser().resolve()
+    missing = [d for d in ASSET_DIRS if not (root / d).is_dir()]
     if missing:
         raise RoboTwinUnavailableError(
-            f"RoboTwin assets are missing under assets_path={str(assets)!r}: {missing}. They are not in git: "
-            "download them with `bash script/_download_assets.sh` in the RoboTwin checkout (HuggingFace dataset "
-            "TianxingChen/RoboTwin2.0: embodiments.zip, objects.zip, background_texture.zip) and set "
-            f"extra['assets_path'] (or ASSETS_PATH) to the directory holding assets/. {INSTALL_HELP}"
+            f"RoboTwin assets are missing under assets_path={str(root)!r}: {missing}. They are not in any "
+            f"package: download them (embodiments.zip, objects.zip, background_texture.zip). {INSTALL_HELP}"
         )
-    return assets
+    return root
 
 
-def import_vector_env(opts: RoboTwinOptions) -> Any:
-    """Check the checkout and assets, put the checkout on `sys.path`, set `ASSETS_PATH` and return RoboTwin's
-    `robotwin.envs.vector_env.VectorEnv` class (as RoboTwin's documentation does it)."""
-    root = check_checkout(opts)
-    assets = check_assets(root, opts)
-    os.environ["ASSETS_PATH"] = str(assets)
-    os.environ.setdefault("ROBOT_PLATFORM", "ALOHA")
-    if str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    try:
-        module = importlib.import_module("robotwin.envs.vector_env")
-    except ImportError as exc:
+def check_python(opts: RoboTwinOptions, checkout: Path | None) -> str:
+    """The interpreter that runs RoboTwin, checked to exist (and, for this one, to find RoboTwin)."""
+    python = opts.robotwin_python or sys.executable
+    if not os.access(python, os.X_OK):
         raise RoboTwinUnavailableError(
-            f"importing RoboTwin's vector env from {str(root)!r} failed ({exc!r}): its Python requirements are "
-            f"missing or clash with this environment. {INSTALL_HELP}"
-        ) from exc
-    return module.VectorEnv
+            f"extra['robotwin_python'] (or ROBOTWIN_PYTHON)={python!r} is not an executable. {INSTALL_HELP}"
+        )
+    if python == sys.executable and checkout is None and importlib.util.find_spec("robotwin") is None:
+        raise RoboTwinUnavailableError(
+            f"RoboTwin is not installed in this environment ({sys.executable}) and neither "
+            f"extra['robotwin_python'] (ROBOTWIN_PYTHON) nor ROBOTWIN_PATH is set. {INSTALL_HELP}"
+        )
+    return python
+
+
+class RoboTwinProcess:
+    """RoboTwin's VectorEnv in a child process: `reset(env_idx, env_seeds) -> raw obs`, `step(actions)`,
+    `get_obs()`, `attr(name)`, `run(file, function)`, `close()`. Errors of the child arrive as RoboTwinUnavailableError / ValueError /
+    RuntimeError with its message; a call past its timeout kills the child."""
+
+    def __init__(self, opts: RoboTwinOptions, n_envs: int, env_seeds: list[int]) -> None:
+        self.opts = opts
+        checkout = check_checkout(opts)
+        assets = check_assets(opts)
+        python = check_python(opts, checkout)
+        ours, theirs = socket.socketpair()
+        self._log = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (open while the child lives)
+        env = dict(os.environ)
+        if python != sys.executable:  # a foreign interpreter must not see this environment's packages
+            env.pop("PYTHONPATH", None)
+            env.pop("PYTHONHOME", None)
+        self._proc = subprocess.Popen(
+            [python, str(SERVER), "--fd", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env,
+        )  # fmt: skip
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        self._closed = False
+        spec = {
+            "checkout": str(checkout) if checkout else None,
+            "assets_root": str(assets),
+            "environ": {"ROBOTWIN_ASSETS_ROOT": str(assets), "ASSETS_PATH": str(assets)},
+            "camera_shader": opts.camera_shader,
+            "task_config": opts.task_config,
+            "n_envs": n_envs,
+            "env_seeds": env_seeds,
+            "instruction_type": opts.instruction_type,
+        }
+        try:
+            self._call("init", spec, timeout=opts.construct_timeout_s, what="building RoboTwin's VectorEnv")
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ calls
+    def reset(self, env_idx: list[int], env_seeds: list[int]) -> list[dict[str, Any]]:
+        return self._call("reset", env_idx, env_seeds)
+
+    def get_obs(self) -> list[dict[str, Any]]:
+        return self._call("get_obs")
+
+    def step(self, actions: Any) -> tuple:
+        return self._call("step", actions)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def attr(self, name: str) -> Any:
+        """A picklable attribute of RoboTwin's VectorEnv, by dotted name (`"envs.0.task.take_action_cnt"`)."""
+        return self._call("attr", name)
+
+    def run(self, file: str | Path, function: str, **kwargs: Any) -> Any:
+        """`function(vector_env, **kwargs)` of a python file, run in the RoboTwin process (diagnostics, tests)."""
+        return self._call("run", str(file), function, kwargs)
+
+    def close(self) -> None:
+        """Close RoboTwin's envs and end the child (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._proc.poll() is None:
+                self._conn.send(("close",))
+                if self._conn.poll(60):
+                    self._conn.recv()
+        except (OSError, EOFError):
+            pass
+        finally:
+            self._conn.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._log.close()
+
+    # ------------------------------------------------------------------ internals
+    def log_tail(self, n_chars: int = 1500) -> str:
+        """The server's own messages (RoboTwin errors it caught) and the end of the child's stdout/stderr."""
+        self._log.flush()
+        self._log.seek(0)
+        text = self._log.read().decode(errors="replace")
+        own = [line for line in text.splitlines() if line.startswith("[robotwin-server]")][-10:]
+        return "\n".join([*own, "...", text[-n_chars:]])
+
+    def _call(self, cmd: str, *args: Any, timeout: float | None = None, what: str | None = None) -> Any:
+        if self._closed:
+            raise RuntimeError("the RoboTwin env is closed")
+        timeout = self.opts.call_timeout_s if timeout is None else timeout
+        what = what or f"RoboTwin's {cmd}"
+        try:
+            self._conn.send((cmd, *args))
+            ready = self._conn.poll(timeout)
+        except (OSError, EOFError):
+            ready = False
+        if not ready:
+            alive = self._proc.poll() is None
+            tail = self.log_tail()
+            self._proc.kill()
+            self._proc.wait()
+            self.close()
+            reason = (
+                f" did not finish within {timeout:.0f} s (RoboTwin retries the next seed forever when a task "
+                "cannot be set up: missing object assets, or an expert that cannot plan for the embodiment; "
+                "raise extra['construct_timeout_s'] / extra['call_timeout_s'] for a slow machine)"
+                if alive
+                else f": the RoboTwin process ended (exit code {self._proc.returncode})"
+            )
+            error = RoboTwinUnavailableError if cmd == "init" else RuntimeError
+            raise error(f"{what}{reason}; its last output:\n{tail}")
+        try:
+            reply = self._conn.recv()
+        except EOFError:
+            tail = self.log_tail()
+            self.close()
+            raise (RoboTwinUnavailableError if cmd == "init" else RuntimeError)(
+                f"{what}: the RoboTwin process ended (exit code {self._proc.returncode}); its last output:\n{tail}"
+            ) from None
+        if reply[0] == "ok":
+            return reply[1]
+        _, kind, message = reply
+        if kind == "unavailable":
+            raise RoboTwinUnavailableError(f"{message}. {INSTALL_HELP}")
+        if kind == "config":
+            raise ValueError(message)
+        raise RuntimeError(f"{what} failed in the RoboTwin process: {message}")

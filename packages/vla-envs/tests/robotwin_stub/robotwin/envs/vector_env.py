@@ -1,4 +1,5 @@
-"""Test double of RoboTwin's `robotwin/envs/vector_env.py` (see ../../README.md): documented contract, toy dynamics."""
+"""Test double of RoboTwin's `robotwin/envs/vector_env.py` (see ../../README.md): RoboTwin's call contract and the
+behaviour measured on the real code, with toy dynamics."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import yaml
 HEAD_HW = (240, 320)  # RoboTwin's D435 head camera
 WRIST_HW = (240, 320)
 GRIPPERS = (6, 13)
+HOME = np.array([0.0, -0.3, -2.2, 0.0, 1.9, 0.785, 1.0] * 2)  # the same for every seed; grippers open (1.0)
 
 
 class _SubEnv:
@@ -18,46 +20,58 @@ class _SubEnv:
         self.task_name = task_name
         self.step_lim = step_lim
         self.wrist = wrist
-        self.seed = 0
-        self.state = np.zeros(14)
+        self.seed: int | None = (
+            None  # as RoboTwin: the task is set up by the first reset, not the constructor
+        )
+        self.state = HOME.copy()
         self.run_steps = 0
+        self.success = False
 
     def reset(self, seed: int) -> None:
         self.seed = int(seed)
-        rng = np.random.default_rng(self.seed)
-        self.state = rng.uniform(-0.2, 0.2, 14)
-        self.state[list(GRIPPERS)] = 0.0
+        self.state = HOME.copy()
         self.run_steps = 0
+        self.success = False
 
     def _image(self, hw: tuple[int, int], channel_offset: int) -> np.ndarray:
         h, w = hw
         img = np.zeros((h, w, 3), dtype=np.uint8)
         img[..., 0] = (np.arange(w)[None, :] * 255 // (w - 1)).astype(np.uint8)
         img[..., 1] = (np.arange(h)[:, None] * 255 // (h - 1)).astype(np.uint8)
-        img[..., 2] = (self.seed * 37 + channel_offset + int(self.state[0] * 100)) % 256
+        img[..., 2] = (
+            self.seed * 37 + channel_offset + int(self.state[0] * 100)
+        ) % 256  # the scene: the seed
         return img
 
     def obs(self) -> dict:
+        if self.seed is None:
+            raise AttributeError("'NoneType' object has no attribute 'get_obs' (no reset yet)")
         return {
             "full_image": self._image(HEAD_HW, 0),
             "left_wrist_image": self._image(WRIST_HW, 85) if self.wrist else None,
             "right_wrist_image": self._image(WRIST_HW, 170) if self.wrist else None,
             "state": self.state.copy(),
-            "instruction": f"{self.task_name.replace('_', ' ')} (test double, seed {self.seed})",
+            "instruction": np.str_(f"{self.task_name.replace('_', ' ')} (test double, seed {self.seed})"),
         }
 
     def step(self, actions: np.ndarray) -> dict:
-        success = False
-        for action in np.asarray(actions).reshape(-1, 14):
-            self.state = self.state + 0.5 * (action - self.state)
-            self.run_steps += 1
-            success = bool(self.state[GRIPPERS[0]] > 0.9 and self.state[GRIPPERS[1]] > 0.9)
+        # As RoboTwin: no simulation once succeeded (success is sticky) or at step_lim; the joints reach the
+        # commanded positions; success is checked along the way; flags are arrays of shape (1,).
+        if not self.success and self.run_steps < self.step_lim:
+            for action in np.asarray(actions).reshape(-1, 14):
+                self.state = action.astype(np.float64).copy()
+                self.run_steps += 1
+                self.success |= bool(self.state[GRIPPERS[0]] < 0.1 and self.state[GRIPPERS[1]] < 0.1)
+                if self.success or self.run_steps >= self.step_lim:
+                    break
         return {
             "obs": self.obs(),
-            "reward": float(success),
-            "terminated": success,
-            "truncated": self.run_steps >= self.step_lim,
-            "info": {"success": success},
+            "reward": np.array([float(self.success)], dtype=np.float32),
+            "terminated": np.array([int(self.success)], dtype=np.int32),
+            "truncated": np.array(
+                [int(self.run_steps >= self.step_lim and not self.success)], dtype=np.int32
+            ),
+            "info": {"success": self.success},
         }
 
 
@@ -67,28 +81,29 @@ class VectorEnv:
     def __init__(
         self, task_config: dict, n_envs: int, env_seeds: list | None = None, instruction_type: str = "seen"
     ):
-        assets = Path(os.environ["ASSETS_PATH"])  # as RoboTwin: the directory holding assets/
+        assets = Path(os.environ["ASSETS_PATH"])  # as RoboTwin's checkout: the directory holding assets/
         root = Path(__file__).resolve().parents[2]
         table = yaml.safe_load((root / "task_config/_embodiment_config.yml").read_text())
         for name in task_config["embodiment"][:2]:
             if isinstance(name, str):
                 assert (assets / table[name]["file_path"] / "config.yml").is_file(), name
+        task_config["save_path"] += f"/{task_config['task_name']}_reward"  # RoboTwin mutates its argument
+        assert task_config["camera"]["collect_head_camera"], "RoboTwin reads observation['head_camera']"
         self.task_config = task_config
         self.instruction_type = instruction_type
         self.n_envs = n_envs
-        self.closed = False
-        self.step_calls = 0
+        self.env_seeds = env_seeds
+        self.step_calls: list[tuple[int, ...]] = []
         wrist = bool(task_config["camera"]["collect_wrist_camera"])
         self.envs = [
             _SubEnv(task_config["task_name"], int(task_config["step_lim"]), wrist) for _ in range(n_envs)
         ]
-        for i, env in enumerate(self.envs):
-            env.reset(env_seeds[i] if env_seeds else i)
 
     def reset(self, env_idx=None, env_seeds=None) -> None:
         env_idx = list(range(self.n_envs)) if env_idx is None else list(env_idx)
         for k, i in enumerate(env_idx):
-            self.envs[i].reset(env_seeds[k] if env_seeds is not None else self.envs[i].seed)
+            seed = env_seeds[k] if env_seeds is not None else self.envs[i].seed
+            self.envs[i].reset(seed if seed is not None else self.env_seeds[i])
 
     def get_obs(self) -> list:
         return [env.obs() for env in self.envs]
@@ -96,7 +111,7 @@ class VectorEnv:
     def step(self, actions):
         actions = np.asarray(actions)
         assert actions.ndim == 3 and actions.shape[0] == self.n_envs and actions.shape[2] == 14, actions.shape
-        self.step_calls += 1
+        self.step_calls.append(tuple(actions.shape))
         results = [env.step(actions[i]) for i, env in enumerate(self.envs)]
         return (
             [r["obs"] for r in results],
@@ -107,4 +122,4 @@ class VectorEnv:
         )
 
     def close(self, clear_cache: bool = True) -> None:
-        self.closed = True
+        self.envs = []

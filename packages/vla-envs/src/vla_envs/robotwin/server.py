@@ -1,0 +1,246 @@
+"""The child process that hosts RoboTwin's `VectorEnv` for the adapter (run as a script by `runtime.py`).
+
+Standalone on purpose (standard library + numpy only): it runs under the interpreter of the environment where
+RoboTwin is installed, which is usually a separate virtual environment (RoboTwin pins mplib 0.2.1 and numpy
+1.26), and need not have vla-envs installed. It talks to its parent over an inherited socket (a
+`multiprocessing.connection.Connection`) and answers one request at a time:
+
+  ("init", spec)                     import RoboTwin, check the embodiments, build VectorEnv -> None
+  ("reset", env_idx, env_seeds)      reset rows, describe their actual scene in the instruction -> get_obs()
+  ("get_obs",)                       VectorEnv.get_obs()
+  ("step", actions [n, horizon, 14]) VectorEnv.step -> (obs, rewards, terminated, truncated, infos)
+  ("attr", dotted_name)              a picklable attribute of the VectorEnv (diagnostics and tests)
+  ("run", file, function, kwargs)    function(vector_env, **kwargs) of a python file, run here (diagnostics and
+                                     tests that arrange a scene, e.g. place blocks so that the task succeeds)
+  ("close",)                         VectorEnv.close(), then exit
+
+Replies: ("ok", value) or ("error", kind, message) with kind "unavailable" (RoboTwin or its assets cannot be
+used here), "config" (a setting RoboTwin cannot run with) or "runtime" (an error while running).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+# Tasks whose `get_info()` runs RoboTwin's expert on the live scene (it moves the robot): for them the
+# instruction cannot be rebuilt after a reset, and RoboTwin's own instruction (from the constructor's scene)
+# is kept.
+PLANNING_INFO_TASKS = ("blocks_ranking_size", "place_bread_basket", "stack_blocks_three")
+ARM_JOINTS = 6  # RoboTwin's 14-D layout: 6 joints + 1 gripper per arm
+
+
+class RequestError(Exception):
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def _log(msg: str) -> None:
+    print(f"[robotwin-server] {msg}", file=sys.stderr, flush=True)
+
+
+def _import_vector_env(spec: dict[str, Any]) -> Any:
+    if spec.get("checkout"):
+        sys.path.insert(0, spec["checkout"])
+    try:
+        module = importlib.import_module("robotwin.envs.vector_env")
+    except ImportError as exc:
+        raise RequestError(
+            "unavailable",
+            f"importing robotwin.envs.vector_env under {sys.executable} failed: {type(exc).__name__}: {exc}",
+        ) from exc
+    except Exception as exc:  # RoboTwin reads files at import time (e.g. a missing asset list)
+        raise RequestError(
+            "unavailable",
+            f"importing robotwin.envs.vector_env under {sys.executable} raised {type(exc).__name__}: {exc} "
+            "(assets or requirements incomplete?)",
+        ) from exc
+    return module
+
+
+def _embodiment_table(module: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    import yaml
+
+    if spec.get("checkout"):
+        path = Path(spec["checkout"]) / "task_config/_embodiment_config.yml"
+        return yaml.safe_load(path.read_text()) or {}
+    config = importlib.import_module("robotwin.config")
+    return config.load_task_config("_embodiment_config") or {}
+
+
+def _check_embodiments(module: Any, spec: dict[str, Any]) -> None:
+    """Each configured embodiment is listed by RoboTwin, has its config.yml under the assets and 6 arm joints."""
+    import yaml
+
+    table = _embodiment_table(module, spec)
+    emb = spec["task_config"]["embodiment"]
+    names = emb[:1] if len(emb) == 1 else emb[:2]
+    unknown = [n for n in names if n not in table]
+    if unknown:
+        raise RequestError(
+            "config",
+            f"extra['task_config']['embodiment']={emb!r} names unknown embodiment(s) {unknown}; RoboTwin lists "
+            f"{sorted(table)}",
+        )
+    for name in names:
+        config_path = Path(spec["assets_root"]) / str(table[name]["file_path"]) / "config.yml"
+        if not config_path.is_file():
+            raise RequestError(
+                "unavailable",
+                f"RoboTwin assets are missing: no {config_path} for embodiment {name!r} (download RoboTwin's "
+                "assets: `robotwin-download-assets`, HuggingFace dataset TianxingChen/RoboTwin2.0)",
+            )
+        joints = (yaml.safe_load(config_path.read_text()) or {}).get("arm_joints_name") or [[]]
+        dof = {len(j) for j in joints}
+        if dof != {ARM_JOINTS}:
+            raise RequestError(
+                "config",
+                f"embodiment {name!r} has {sorted(dof)} arm joints per arm; the adapter's 14-D actions and "
+                f"states need {ARM_JOINTS} joints + 1 gripper per arm (e.g. piper, aloha-agilex, ARX-X5)",
+            )
+
+
+def _report_setup_errors(module: Any) -> None:
+    """RoboTwin's VectorEnv retries the next seed on any error while setting a task up, silently and forever;
+    log each distinct error to stderr so that a construction that never ends can say why."""
+    original = getattr(module, "class_decorator", None)
+    if original is None:  # not RoboTwin's VectorEnv module (a test double)
+        return
+    seen: set[str] = set()
+
+    def wrap(task: Any, name: str) -> None:
+        method = getattr(task, name)
+
+        def logged(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except Exception as exc:
+                key = f"{name}: {type(exc).__name__}: {exc}"
+                if key not in seen:
+                    seen.add(key)
+                    _log(f"RoboTwin setup error (seed {kwargs.get('seed')}): {key}")
+                raise
+
+        setattr(task, name, logged)
+
+    def class_decorator(task_name: str) -> Any:
+        task = original(task_name)
+        for name in ("setup_demo", "get_info"):
+            wrap(task, name)
+        return task
+
+    module.class_decorator = class_decorator
+
+
+def _use_camera_shader(shader: str) -> None:
+    """Make RoboTwin's `set_camera_shader_dir("rt")` use `shader` (ray tracing takes minutes per frame on a
+    CPU renderer)."""
+    import sapien
+
+    original = sapien.render.set_camera_shader_dir
+    sapien.render.set_camera_shader_dir = lambda _name: original(shader)
+
+
+class Host:
+    def __init__(self) -> None:
+        self.venv: Any = None
+        self.spec: dict[str, Any] = {}
+
+    def init(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        for key, value in spec["environ"].items():
+            os.environ[key] = value
+        module = _import_vector_env(spec)
+        _check_embodiments(module, spec)
+        if spec.get("camera_shader"):
+            _use_camera_shader(spec["camera_shader"])
+        _report_setup_errors(module)
+        self.venv = module.VectorEnv(
+            task_config=spec["task_config"],
+            n_envs=spec["n_envs"],
+            env_seeds=spec["env_seeds"],
+            instruction_type=spec["instruction_type"],
+        )
+
+    def reset(self, env_idx: list[int], env_seeds: list[int]) -> list[dict[str, Any]]:
+        self.venv.reset(env_idx=env_idx, env_seeds=env_seeds)
+        if self.spec["task_config"]["task_name"] not in PLANNING_INFO_TASKS:
+            for i in env_idx:
+                self._describe_actual_scene(self.venv.envs[i])
+        return self.venv.get_obs()
+
+    @staticmethod
+    def _describe_actual_scene(sub: Any) -> None:
+        """RoboTwin builds a reset's instruction from the scene of the constructor's seed; rebuild it from the
+        scene that was just set up (a test double without these members is left as it is)."""
+        if not all(hasattr(sub, a) for a in ("task", "episode_info_list", "create_instruction")):
+            return
+        sub.episode_info_list = [sub.task.get_info()]
+        instruction = sub.create_instruction()
+        sub.instruction = instruction
+        sub.args["instruction"] = instruction
+        sub.task.set_instruction(instruction)
+
+    def get_obs(self) -> list[dict[str, Any]]:
+        return self.venv.get_obs()
+
+    def step(self, actions: Any) -> tuple:
+        return tuple(self.venv.step(actions))
+
+    def attr(self, dotted: str) -> Any:
+        value = self.venv
+        for part in dotted.split("."):
+            value = value[int(part)] if part.isdigit() else getattr(value, part)
+        return value
+
+    def run(self, file: str, function: str, kwargs: dict[str, Any]) -> Any:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(Path(file).stem, file)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return getattr(module, function)(self.venv, **kwargs)
+
+    def close(self) -> None:
+        if self.venv is not None:
+            self.venv.close()
+
+
+def serve(conn: Connection) -> None:
+    host = Host()
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            host.close()
+            return
+        cmd, args = request[0], request[1:]
+        try:
+            value = getattr(host, cmd)(*args)
+            conn.send(("ok", value))
+        except RequestError as exc:
+            conn.send(("error", exc.kind, str(exc)))
+        except Exception as exc:
+            _log(traceback.format_exc())
+            conn.send(("error", "runtime", f"{type(exc).__name__}: {exc}"))
+        if cmd == "close":
+            return
+
+
+def main() -> None:
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [
+        p for p in sys.path if p and str(Path(p).resolve()) != here
+    ]  # no vla_envs module shadowing
+    fd = int(sys.argv[sys.argv.index("--fd") + 1])
+    serve(Connection(fd))
+
+
+if __name__ == "__main__":
+    main()

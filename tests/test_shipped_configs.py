@@ -46,7 +46,7 @@ def shrunk_overrides(name: str) -> list[str]:
     group = 2 if grouped else 1
     stages = tc.rollout.pipeline_stage_num
     num_envs = 2 * group * stages  # 2 per stage (2 groups with GRPO): every env rank gets rows
-    decisions = 3
+    decisions = 2
     out = [
         "actor.model.size=tiny",
         "actor.model.model_path=null",
@@ -61,6 +61,7 @@ def shrunk_overrides(name: str) -> list[str]:
         _cpu_placement(dict(tc.cluster.component_placement)),
         "runner.max_epochs=1",
         "runner.val_check_interval=-1",
+        "runner.eval_before_train=false",  # the evaluation after the iteration covers the eval path
         "runner.progress_bar=false",
         "runner.torch_num_threads=1",
         f"env.train.num_envs={num_envs}",
@@ -70,7 +71,7 @@ def shrunk_overrides(name: str) -> list[str]:
         "env.eval.image_size=32",
         f"env.eval.num_envs={2 * stages if tc.env_eval.num_envs % 2 == 0 else 1}",
         "env.eval.num_episodes=2",
-        f"env.eval.max_episode_steps={2 * chunks}",
+        f"env.eval.max_episode_steps={chunks}",
         f"actor.micro_batch_size={max(1, num_envs // 2)}",
         f"actor.global_batch_size={num_envs}",
     ]

@@ -101,9 +101,8 @@ def run_eval(tc: TrainConfig, w: RunWorkers, tag: str) -> dict[str, float]:
         modes.append("greedy")
     out: dict[str, float] = {}
     for mode in modes:
-        w.rollout.seed(
-            stream_seed(tc.runner.seed, seeds.EVAL_SAMPLING)
-        )  # same eval sampling noise for every checkpoint
+        # the same eval sampling noise for every checkpoint
+        w.rollout.seed(stream_seed(tc.runner.seed, seeds.EVAL_SAMPLING))
         t0 = time.time()
         res = evaluate(
             w.env_eval,

@@ -70,7 +70,8 @@ def test_ppo_iterations_log_reference_metrics(ppo_run: Path) -> None:
     assert math.isfinite(rows[1]["train/critic/value_loss"])
     evals = [r for r in read_metrics(ppo_run) if "eval/success_once" in r]
     assert [r["step"] for r in evals] == [0, 2] and "eval/success_once_greedy" in evals[0]
-    assert list((ppo_run / "tensorboard").rglob("events.out.tfevents*"))
+    events = list((ppo_run / "tensorboard").glob("events.out.tfevents*"))
+    assert events, sorted(str(p.relative_to(ppo_run)) for p in ppo_run.rglob("events.out.tfevents*"))
     assert (ppo_run / "checkpoints" / "global_step_1" / "COMPLETE").exists()
     assert (ppo_run / "checkpoints" / "global_step_2" / "COMPLETE").exists()
     assert (ppo_run / "policy" / "config.json").exists()

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from train_embodied.advantages import episode_mean_weights
 from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
 from train_embodied.policy_io import build_optimizer, build_policy_for_run
 from train_embodied.update import UpdateSettings, ppo_update
+from vla_algos import episode_mean_weights
 
 N = 48
 

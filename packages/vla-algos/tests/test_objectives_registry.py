@@ -1,4 +1,4 @@
-"""loss_type objectives and the name registries."""
+"""loss_type objectives, adv_type estimators, loss_agg_mode weights and the name registries."""
 
 from __future__ import annotations
 
@@ -7,14 +7,22 @@ import torch
 
 from vla_algos import (
     ADVANTAGE_ESTIMATORS,
+    LOSS_AGG_MODES,
     POLICY_LOSSES,
+    EstimatedAdvantages,
     actor_critic_loss,
     actor_loss,
     compute_gae,
     compute_grpo_advantages,
+    episode_mean_weights,
+    first_episode_scores,
+    gae_estimator,
     get_advantage_estimator,
+    get_loss_agg_mode,
     get_policy_loss,
+    grpo_estimator,
     ppo_actor_loss,
+    register_advantage_estimator,
     register_policy_loss,
     value_loss,
 )
@@ -37,7 +45,9 @@ def batch(seed: int = 0):
 
 def test_actor_critic_is_actor_plus_weighted_critic():
     b = batch()
-    loss, metrics = actor_critic_loss(**b, **CLIP, value_clip=0.5, huber_delta=1.0, value_coef=0.25)
+    loss, metrics = actor_critic_loss(
+        **b, **CLIP, value_mask=b["mask"], value_clip=0.5, huber_delta=1.0, value_coef=0.25
+    )
     policy, _ = ppo_actor_loss(b["logprobs"], b["old_logprobs"], b["advantages"], b["mask"], **CLIP)
     critic, _ = value_loss(
         b["values"], b["old_values"], b["returns"], b["mask"], value_clip=0.5, huber_delta=1.0
@@ -77,11 +87,63 @@ def test_actor_critic_requires_critic_inputs():
 
 
 def test_registries_resolve_config_names():
-    assert get_advantage_estimator("gae") is compute_gae
-    assert get_advantage_estimator("grpo") is compute_grpo_advantages
-    assert get_policy_loss("actor_critic") is actor_critic_loss
-    assert get_policy_loss("actor") is actor_loss
+    gae, grpo = get_advantage_estimator("gae"), get_advantage_estimator("grpo")
+    assert gae.fn is gae_estimator and gae.needs_values and not gae.grouped_starts
+    assert grpo.fn is grpo_estimator and grpo.grouped_starts and not grpo.needs_values
+    assert (
+        get_policy_loss("actor_critic").fn is actor_critic_loss
+        and get_policy_loss("actor_critic").uses_critic
+    )
+    assert get_policy_loss("actor").fn is actor_loss and not get_policy_loss("actor").uses_critic
+    assert get_loss_agg_mode("seq-mean-token-mean") is episode_mean_weights
+    assert (
+        get_loss_agg_mode("token-mean")(
+            torch.ones(2, 2, dtype=torch.bool), torch.ones(2, 2, dtype=torch.bool)
+        )
+        is None
+    )
     assert set(ADVANTAGE_ESTIMATORS) == {"gae", "grpo"} and set(POLICY_LOSSES) == {"actor_critic", "actor"}
+    assert set(LOSS_AGG_MODES) == {"token-mean", "seq-mean-token-mean"}
+
+
+def test_registered_estimators_match_the_plain_functions():
+    """The rollout-level estimators are GAE / GRPO of vla_algos on the chunk-summed rollout."""
+    g = torch.Generator().manual_seed(0)
+    t, b, c = 5, 4, 3
+    rewards = torch.randn(t, b, c, generator=g)
+    terminated = torch.zeros(t, b, c, dtype=torch.bool)
+    terminated[2, 1, 1] = True
+    truncated = torch.zeros(t, b, c, dtype=torch.bool)
+    truncated[4, 3, 2] = True
+    values, last, final = (
+        torch.randn(t, b, generator=g),
+        torch.randn(b, generator=g),
+        torch.randn(t, b, generator=g),
+    )
+    mask = torch.ones(t, b, dtype=torch.bool)
+    kw = dict(
+        rewards=rewards,
+        terminated=terminated,
+        truncated=truncated,
+        loss_mask=mask,
+        values=values,
+        last_values=last,
+        final_values=final,
+        gamma=0.9,
+        gae_lambda=0.8,
+        reward_type="chunk_level",
+        group_size=2,
+        reward_bounds=None,
+    )
+    est = get_advantage_estimator("gae")(**kw)
+    done = terminated.any(-1) | truncated.any(-1)
+    nxt = torch.where(done, final, torch.cat([values[1:], last[None]]))
+    adv, ret = compute_gae(rewards.sum(-1), values, nxt, terminated.any(-1), done, gamma=0.9, lam=0.8)
+    assert torch.equal(est.advantages, adv) and torch.equal(est.returns, ret)
+    grpo = get_advantage_estimator("grpo")(**kw)
+    scores = first_episode_scores(rewards.sum(-1), done, gamma=0.9)
+    assert torch.equal(grpo.advantages[0], compute_grpo_advantages(scores, group_size=2))
+    assert grpo.returns is None and not grpo.loss_mask[3:, 1].any()  # env 1's first episode ended at t=2
 
 
 def test_unknown_names_list_the_valid_ones():
@@ -89,13 +151,48 @@ def test_unknown_names_list_the_valid_ones():
         get_advantage_estimator("reinforce")
     with pytest.raises(ValueError, match="unknown loss_type 'critic'; valid: actor, actor_critic"):
         get_policy_loss("critic")
+    with pytest.raises(
+        ValueError, match="unknown loss_agg_mode 'sum'; valid: seq-mean-token-mean, token-mean"
+    ):
+        get_loss_agg_mode("sum")
 
 
 def test_register_refuses_duplicates_and_adds_new_names():
     with pytest.raises(ValueError, match="loss_type 'actor' is already registered"):
         register_policy_loss("actor", actor_loss)
-    register_policy_loss("test_only_loss", actor_loss)
+    register_policy_loss("test_only_loss", actor_loss, uses_critic=False)
     try:
-        assert get_policy_loss("test_only_loss") is actor_loss
+        assert get_policy_loss("test_only_loss").fn is actor_loss
     finally:
         del POLICY_LOSSES["test_only_loss"]
+
+
+def test_entropy_bonus_scales_and_warmup_compose_the_loss():
+    b = batch()
+    entropy = torch.rand(4, 2, generator=torch.Generator().manual_seed(3), requires_grad=True)
+    plain, _ = actor_loss(**b, **CLIP)
+    loss, metrics = actor_loss(
+        **b, **CLIP, entropy=entropy, entropy_coef=0.1, policy_scale=2.0, entropy_scale=0.5
+    )
+    torch.testing.assert_close(loss, 2.0 * plain - 0.1 * 0.5 * entropy.mean())
+    torch.testing.assert_close(metrics["actor/entropy_loss"], 0.5 * entropy.mean().detach())
+    warm, warm_metrics = actor_critic_loss(**b, **CLIP, entropy=entropy, train_policy=False)
+    critic, _ = value_loss(b["values"], b["old_values"], b["returns"])
+    torch.testing.assert_close(warm, critic)  # critic warm-up: the value loss alone, over all entries
+    warm.backward()
+    assert entropy.grad is None and b["logprobs"].grad is None
+    assert "actor/policy_loss" in warm_metrics
+
+
+def test_a_new_estimator_is_one_registered_function():
+    def reinforce(*, rewards, loss_mask, **unused):
+        adv = rewards.sum(-1)
+        return EstimatedAdvantages(advantages=adv, returns=None, loss_mask=loss_mask)
+
+    register_advantage_estimator("test_reinforce", reinforce, grouped_starts=False)
+    try:
+        est = get_advantage_estimator("test_reinforce")
+        out = est(rewards=torch.ones(2, 3, 4), loss_mask=torch.ones(2, 3, dtype=torch.bool), gamma=0.9)
+        assert torch.equal(out.advantages, torch.full((2, 3), 4.0)) and not est.needs_values
+    finally:
+        del ADVANTAGE_ESTIMATORS["test_reinforce"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-import infra_b_helpers as helpers
+import tiny_transformer_jobs as helpers
 
 from vla_infra.offload import (
     ModelOffloader,

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from infra_a_helpers import PipeEnv, PipeEnvWorker, RowwisePolicyWorker, rowwise_policy
+from pipeline_env_workers import PipeEnv, PipeEnvWorker, RowwisePolicyWorker, rowwise_policy
 
 from vla_infra import ThreadedStageStepper, WorkerGroup, run_pipelined_rollout, split_envs_into_stages
 

@@ -15,8 +15,8 @@ ray = pytest.importorskip("ray")
 cloudpickle = pytest.importorskip("ray.cloudpickle")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import infra_a_helpers  # noqa: E402
-from infra_a_helpers import PipeEnv, PipeEnvWorker, Probe, RowwisePolicyWorker, rowwise_policy  # noqa: E402
+import pipeline_env_workers  # noqa: E402
+from pipeline_env_workers import PipeEnv, PipeEnvWorker, Probe, RowwisePolicyWorker, rowwise_policy  # noqa: E402
 
 from vla_infra import RayBackend, WorkerGroup, resolve_placement, run_pipelined_rollout  # noqa: E402
 
@@ -44,11 +44,11 @@ def ray_node():
         configure_logging=False,
     )
     # Worker classes of the tests travel by value: Ray workers cannot import the tests folder.
-    cloudpickle.register_pickle_by_value(infra_a_helpers)
+    cloudpickle.register_pickle_by_value(pipeline_env_workers)
     backend = RayBackend(num_nodes=1, num_gpus_per_node=8)
     yield backend
     backend.shutdown()
-    cloudpickle.unregister_pickle_by_value(infra_a_helpers)
+    cloudpickle.unregister_pickle_by_value(pipeline_env_workers)
     ray.shutdown()
 
 
@@ -119,14 +119,14 @@ def test_pipelined_rollout_over_ray_groups(ray_node):
     two-actor rollout group computes the next stage: same states as one in-process stage."""
     # These actors import the helpers module by name (its simulator subprocesses need the real module),
     # so it goes on their PYTHONPATH instead of travelling by value.
-    cloudpickle.unregister_pickle_by_value(infra_a_helpers)
+    cloudpickle.unregister_pickle_by_value(pipeline_env_workers)
     tests_dir = str(Path(__file__).parent)
     cpu = RayBackend(num_nodes=1, num_gpus_per_node=0, runtime_env={"env_vars": {"PYTHONPATH": tests_dir}})
     try:
         envs = WorkerGroup(PipeEnvWorker, 1, backend=cpu, kwargs={"num_envs": 4, "stages": 2, "seed": 5})
         policy = WorkerGroup(RowwisePolicyWorker, 2, backend=cpu)
     finally:
-        cloudpickle.register_pickle_by_value(infra_a_helpers)
+        cloudpickle.register_pickle_by_value(pipeline_env_workers)
     try:
         steps = run_pipelined_rollout(
             initial_obs=[envs.reset(s)[0] for s in range(2)],

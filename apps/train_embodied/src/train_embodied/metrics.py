@@ -1,4 +1,4 @@
-"""The run's metric logger (vla_infra MetricLogger) writing under `<log_dir>/tensorboard`."""
+"""The run's metric logger (vla_infra MetricLogger: `<log_dir>/tensorboard`, `<log_dir>/wandb`) and metrics.jsonl."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class RunLogger:
 
         self.backend = MetricLogger(
             backends=list(tc.runner.logger.logger_backends),
-            log_dir=str(log_dir / "tensorboard"),
+            log_dir=str(log_dir),  # the backends add their folder: <log_dir>/tensorboard, <log_dir>/wandb
             project_name=tc.runner.logger.project_name,
             experiment_name=tc.runner.logger.experiment_name,
             config=tc.raw,

@@ -6,6 +6,7 @@ import warnings
 from typing import Any
 
 from train_embodied.config.build import TrainConfig
+from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
 from vla_infra import WorkerGroup, make_backend, resolve_placement
 
@@ -57,7 +58,9 @@ class RunWorkers:
         if need_train:
             per_stage = tc.env_train.num_envs // stages
             for s in range(stages):
-                cfg = tc.env_train.replace(num_envs=per_stage, seed=tc.env_train.seed + 104729 * s)
+                cfg = tc.env_train.replace(
+                    num_envs=per_stage, seed=stream_seed(tc.env_train.seed, ENV_STAGE, s)
+                )
                 self.env_train.append(self._group(EnvWorker, env_pl, f"env_train_{s}", env_cfg=cfg))
         eval_cfg = tc.env_eval.replace(extra={**tc.env_eval.extra, "video_tag": "eval"})
         self.env_eval = self._group(EnvWorker, env_pl, "env_eval", env_cfg=eval_cfg)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from train_embodied import seeds
 from train_embodied.advantages import compute_advantages
 from train_embodied.checkpointing import find_latest_checkpoint, load_run_checkpoint, save_run_checkpoint
 from train_embodied.config.build import TrainConfig
@@ -27,7 +28,8 @@ from train_embodied.evaluation import evaluate, held_out_reset_ids
 from train_embodied.metrics import make_logger
 from train_embodied.rollout import RolloutBatch, collect_rollout
 from train_embodied.run_workers import RunWorkers
-from vla_algos import explained_variance
+from train_embodied.seeds import stream_seed
+from vla_algos import explained_variance, get_advantage_estimator, get_policy_loss
 
 
 def set_torch_threads(num_threads: int) -> None:
@@ -42,11 +44,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def epoch_seed(base: int, epoch: int, stream: int) -> int:
-    """A distinct, reproducible seed per (run seed, epoch, stream): resuming at epoch e replays it exactly."""
-    return int(np.random.SeedSequence([base, epoch, stream]).generate_state(1)[0])
 
 
 def flatten_for_update(batch: RolloutBatch, adv: Any) -> dict[str, Any]:
@@ -82,10 +79,11 @@ def env_metrics(batch: RolloutBatch) -> dict[str, float]:
     }
 
 
-def grpo_reset_ids(tc: TrainConfig, num_reset_states: int, epoch: int) -> np.ndarray:
-    """Reset ids [num_envs] for GRPO: each consecutive group of `group_size` envs shares one start."""
+def group_reset_ids(tc: TrainConfig, num_reset_states: int, epoch: int) -> np.ndarray:
+    """Reset ids [num_envs] for a grouped-start estimator (GRPO): each consecutive group of `group_size` envs
+    shares one start."""
     g = tc.algorithm.group_size
-    rng = np.random.default_rng(epoch_seed(tc.runner.seed, epoch, 1))
+    rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.GROUP_STARTS, epoch))
     starts = rng.integers(0, num_reset_states, size=tc.env_train.num_envs // g)
     return np.repeat(starts, g)
 
@@ -103,7 +101,8 @@ def run_eval(tc: TrainConfig, w: RunWorkers, tag: str) -> dict[str, float]:
         modes.append("greedy")
     out: dict[str, float] = {}
     for mode in modes:
-        w.rollout.seed(epoch_seed(tc.runner.seed, 0, 99))  # same eval sampling noise for every checkpoint
+        # the same eval sampling noise for every checkpoint
+        w.rollout.seed(stream_seed(tc.runner.seed, seeds.EVAL_SAMPLING))
         t0 = time.time()
         res = evaluate(
             w.env_eval,
@@ -136,7 +135,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
     seed_everything(tc.runner.seed)
     logger = make_logger(tc, log_dir)
     algo, runner = tc.algorithm, tc.runner
-    is_grpo = algo.adv_type == "grpo"
+    estimator, loss = get_advantage_estimator(algo.adv_type), get_policy_loss(algo.loss_type)
     summary: dict[str, Any] = {
         "config": runner.logger.experiment_name,
         "algorithm": algo.adv_type,
@@ -167,7 +166,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         summary.update(_eval_summary(state["before"], "before_rl"))
 
         num_decisions = tc.train_run.max_steps_per_rollout_epoch // tc.actor.model.num_action_chunks
-        if is_grpo:
+        if estimator.grouped_starts:  # one episode per env
             num_decisions = min(num_decisions, tc.env_train.max_episode_steps)
         stages = len(w.env_train)
         epochs = tqdm(
@@ -192,19 +191,21 @@ def run(tc: TrainConfig) -> dict[str, Any]:
 
             # ---- 1. rollout: envs start from start states seeded by (seed, epoch), so resume replays exactly
             t0 = time.time()
-            w.rollout.seed(epoch_seed(runner.seed, epoch, 0))
-            if is_grpo:
-                ids = grpo_reset_ids(tc, w.train_spec["num_reset_states"], epoch)
+            w.rollout.seed(stream_seed(runner.seed, seeds.ROLLOUT_SAMPLING, epoch))
+            if estimator.grouped_starts:
+                ids = group_reset_ids(tc, w.train_spec["num_reset_states"], epoch)
                 resets = [{"reset_state_ids": part} for part in np.split(ids, stages)]
             else:
-                resets = [{"seed": epoch_seed(runner.seed, epoch, 2 + s)} for s in range(stages)]
+                resets = [
+                    {"seed": stream_seed(runner.seed, seeds.TRAIN_RESET, epoch, s)} for s in range(stages)
+                ]
             batch = collect_rollout(
                 w.env_train,
                 w.rollout,
                 num_decisions=num_decisions,
                 reset_kwargs=resets,
-                bootstrap_truncation=algo.loss_type == "actor_critic",
-                stop_when_all_done=is_grpo,
+                bootstrap_truncation=loss.uses_critic,
+                stop_when_all_done=estimator.grouped_starts,
                 progress=runner.progress_bar,
                 desc=f"rollout {epoch + 1}/{runner.max_epochs}",
             )
@@ -212,17 +213,17 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             state["env_steps"] += batch.env_steps
             timings["time/generate_rollouts"] = time.time() - t0
 
-            # ---- 2. advantages (GAE with the critic, or group-relative scores)
+            # ---- 2. advantages: the `adv_type` estimator of vla_algos (GAE with the critic, GRPO groups, ...)
             t0 = time.time()
             adv = compute_advantages(batch, algo)
             timings["time/compute_advantages"] = time.time() - t0
 
-            # ---- 3. update: PPO-clip (+ value loss) over minibatches
+            # ---- 3. update: the `loss_type` objective of vla_algos over minibatches
             t0 = time.time()
             samples = flatten_for_update(batch, adv)
             train_policy = epoch >= algo.critic_warmup_epochs  # warm-up: value loss only
             train_metrics = w.actor.update(
-                samples, epoch_seed(runner.seed, epoch, 3), train_policy=train_policy
+                samples, stream_seed(runner.seed, seeds.UPDATE_SHUFFLE, epoch), train_policy=train_policy
             )
             state["global_step"] = int(w.actor.global_steps())
             timings["time/actor_update"] = time.time() - t0

@@ -1,6 +1,8 @@
 """The actor update: `update_epoch` passes of shuffled minibatches, each split into micro-batches.
 
-loss = policy_loss + value_loss_coef * value_loss - entropy_bonus * entropy     (losses from vla_algos)
+The loss is the `algorithm.loss_type` objective registered in vla_algos (e.g. `actor_critic`:
+policy_loss - entropy_bonus * entropy + value_loss_coef * value_loss); this module shuffles, splits into
+micro-batches and ranks, accumulates gradients and steps the optimizer.
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ import torch
 
 from train_embodied.config.sections import AlgorithmSection, OptimSection
 from train_embodied.sharding import all_reduce_sums, clip_grad_norm, num_micro_batches, rank_share
-from vla_algos import entropy_loss, ppo_actor_loss, reduce_logprobs, value_loss
+from vla_algos import (
+    advantages_per_ratio,
+    get_policy_loss,
+    reduce_logprobs,
+    sample_loss_weights,
+    weight_share,
+)
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class UpdateSettings:
     value_loss_coef: float
     entropy_bonus: float
     logprob_type: str
-    use_critic: bool
+    loss_type: str
     clip_grad: float
     lr_warmup_steps: int = 0
     target_kl: float | None = None
@@ -51,7 +59,7 @@ class UpdateSettings:
             value_loss_coef=algo.value_loss_coef,
             entropy_bonus=algo.entropy_bonus,
             logprob_type=algo.logprob_type,
-            use_critic=algo.loss_type == "actor_critic",
+            loss_type=algo.loss_type,
             clip_grad=optim.clip_grad,
             lr_warmup_steps=optim.lr_warmup_steps,
             target_kl=algo.target_kl,
@@ -172,8 +180,9 @@ def _micro_loss(
     train_policy: bool = True,
     minibatch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    loss_fn = get_policy_loss(s.loss_type)
     fi = {k: v[idx] for k, v in batch["forward_inputs"].items()}
-    logprobs, entropy, values = policy.evaluate(fi, compute_values=s.use_critic)
+    logprobs, entropy, values = policy.evaluate(fi, compute_values=loss_fn.uses_critic)
     new_lp = reduce_logprobs(logprobs.float(), s.logprob_type)
     dev = new_lp.device  # the rollout arrives as CPU tensors; the policy may be on a GPU
 
@@ -181,81 +190,59 @@ def _micro_loss(
         return batch[key][idx].to(dev)
 
     old_lp = reduce_logprobs(rows("old_logprobs"), s.logprob_type)
-    adv = rows("advantages")
     # actions after an episode's end inside a chunk were never executed: no ratio, no entropy for them
     action_mask = rows("action_mask") if "action_mask" in batch else None
-    if adv.ndim > new_lp.ndim:  # action-level advantages with chunk-level log-probs: one per chunk
-        if action_mask is None:
-            adv = adv.mean(dim=-1)
-        else:
-            adv = (adv * action_mask).sum(-1) / action_mask.sum(-1).clamp(min=1)
+    adv = advantages_per_ratio(rows("advantages"), new_lp.ndim, action_mask)
     lp_mask = action_mask if action_mask is not None and new_lp.ndim >= 2 else None
-    if "sample_weight" in batch:  # seq-mean-token-mean: per-decision weights, every episode counts the same
+    if "sample_weight" in batch:  # loss_agg_mode weights: per-decision, e.g. every episode counts the same
         w = rows("sample_weight")
         w = w.reshape(w.shape + (1,) * (lp_mask.ndim - 1)) * lp_mask if lp_mask is not None else w
         lp_mask = w
-    # masked_mean divides by this micro-batch's mask (weight) sum and the caller scales by len(micro) / len(mb):
-    # rescaling by (mean weight here) / (mean weight over the minibatch) makes the micro-batches (and ranks) add
-    # up to sum(w * loss) / sum(w) over the whole minibatch, whatever the split (exactly 1 with a full mask)
+    # the loss is a (weighted) mean over this micro-batch and the caller scales by len(micro) / len(mb):
+    # the shares make the micro-batches (and ranks) add up to the mean over the whole minibatch, whatever
+    # the split (exactly 1 with a full mask)
     mb = idx if minibatch is None else minibatch
-    weight_share = None
+    policy_share = entropy_share = None
     if lp_mask is not None:
-        weight_share = _share(
-            _decision_weights(batch, idx, lp_mask.ndim), _decision_weights(batch, mb, lp_mask.ndim)
-        )
-    policy_loss, pm = ppo_actor_loss(
-        new_lp,
-        old_lp,
-        adv,
-        lp_mask,
+        per_action = lp_mask.ndim >= 2
+        policy_share = weight_share(
+            *(
+                sample_loss_weights(
+                    batch["sample_weight"][i] if "sample_weight" in batch else None,
+                    batch["action_mask"][i] if "action_mask" in batch else None,
+                    per_action=per_action,
+                    num=len(i),
+                )
+                for i in (idx, mb)
+            )
+        ).to(dev)
+    if action_mask is not None:  # the entropy is a mean over the minibatch's executed actions
+        counts = [batch["action_mask"][i].flatten(1).sum(-1).float() for i in (idx, mb)]
+        entropy_share = weight_share(*counts).to(dev)
+    critic = {}
+    if loss_fn.uses_critic:
+        critic = {"values": values.float(), "old_values": rows("old_values"), "returns": rows("returns")}
+    loss, lm = loss_fn(
+        logprobs=new_lp,
+        old_logprobs=old_lp,
+        advantages=adv,
+        mask=lp_mask,
         clip_ratio_low=s.clip_ratio_low,
         clip_ratio_high=s.clip_ratio_high,
         dual_clip=s.clip_ratio_c,
+        entropy=entropy.float(),
+        entropy_mask=action_mask,
+        entropy_coef=s.entropy_bonus,
+        policy_scale=policy_share,
+        entropy_scale=entropy_share,
+        train_policy=train_policy,
+        value_clip=s.value_clip,
+        huber_delta=s.huber_delta,
+        value_coef=s.value_loss_coef,
+        **critic,
     )
-    if weight_share is not None:
-        weight_share = weight_share.to(dev)
-        policy_loss = policy_loss * weight_share
-        pm = {k: v * weight_share for k, v in pm.items()}
-    entropy_mean = entropy_loss(entropy.float(), action_mask)
-    if action_mask is not None:  # a mean over the minibatch's executed actions, as above
-        counts = [batch["action_mask"][i].flatten(1).sum(-1).float() for i in (idx, mb)]
-        entropy_mean = entropy_mean * _share(*counts).to(dev)
-    loss = policy_loss - s.entropy_bonus * entropy_mean
-    if not train_policy:  # critic warm-up: the policy loss (and entropy bonus) contribute no gradient
-        loss = torch.zeros((), dtype=policy_loss.dtype, device=dev)
-    metrics: dict[str, torch.Tensor] = {
-        "train/actor/policy_loss": policy_loss.detach(),
-        "train/actor/approx_kl": pm["approx_kl"],
-        "train/actor/clip_fraction": pm["clip_fraction"],
-        "train/actor/clipped_ratio": pm["clipped_ratio"],
-        "train/actor/ratio": pm["ratio"],
-        "train/actor/entropy_loss": entropy_mean.detach(),
-        "train/entropy_loss": entropy_mean.detach(),
-    }
-    if s.use_critic:
-        vl, vm = value_loss(
-            values.float(),
-            rows("old_values"),
-            rows("returns"),
-            value_clip=s.value_clip,
-            huber_delta=s.huber_delta,
-        )
-        loss = loss + s.value_loss_coef * vl
-        metrics["train/critic/value_loss"] = vl.detach()
-        metrics["train/critic/value_clip_ratio"] = vm["value_clip_ratio"]
+    # the runner logs the critic's explained variance over the whole rollout (a micro-batch's can be NaN)
+    metrics = {f"train/{k}": v for k, v in lm.items() if k != "critic/explained_variance"}
+    metrics["train/entropy_loss"] = lm["actor/entropy_loss"]
     metrics["train/loss"] = loss.detach()
     return loss, metrics
-
-
-def _decision_weights(batch: dict[str, Any], idx: torch.Tensor, mask_ndim: int) -> torch.Tensor:
-    """Total policy-loss weight of each sample [n]: its `sample_weight` (1 without), times its executed actions
-    when the ratio is taken per action or token (`mask_ndim` >= 2, the action mask then weighs every action)."""
-    w = batch["sample_weight"][idx].float() if "sample_weight" in batch else torch.ones(len(idx))
-    if mask_ndim >= 2 and "action_mask" in batch:
-        w = w * batch["action_mask"][idx].flatten(1).sum(-1).float()
-    return w
-
-
-def _share(here: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:
-    """(mean of `here`) / (mean of `whole`): a micro-batch's share of the minibatch's loss weight, per sample."""
-    return (here.sum() / len(here)) / (whole.sum() / len(whole)).clamp_min(torch.finfo(whole.dtype).tiny)

@@ -22,6 +22,7 @@ from train_embodied.config.sections import (
     RolloutSection,
 )
 from train_embodied.policy_io import build_optimizer, build_policy_for_run, policy_values, select_proprio
+from train_embodied.seeds import rank_seed
 from train_embodied.sharding import save_unsharded, shard_policy
 from train_embodied.update import UpdateSettings, ppo_update
 from vla_envs import EnvConfig, make_env
@@ -38,7 +39,7 @@ class EnvWorker(Worker):
 
     def __init__(self, env_cfg: EnvConfig) -> None:
         rows = env_cfg.num_envs // self.world_size
-        cfg = env_cfg.replace(num_envs=rows, seed=env_cfg.seed + 7919 * self.rank)
+        cfg = env_cfg.replace(num_envs=rows, seed=rank_seed(env_cfg.seed, self.rank))
         self.env = make_env(cfg)
 
     @register("one_to_all", collect="first")
@@ -55,8 +56,8 @@ class EnvWorker(Worker):
     @register("split")
     def reset(self, reset_state_ids: np.ndarray | None = None, seed: int | None = None) -> dict[str, Any]:
         """Reset this rank's rows: `reset_state_ids` int [B] (split across ranks) or a seeded draw."""
-        rank_seed = None if seed is None else int(seed) + 7919 * self.rank
-        return self.env.reset(seed=rank_seed, reset_state_ids=reset_state_ids)
+        seed = None if seed is None else rank_seed(seed, self.rank)
+        return self.env.reset(seed=seed, reset_state_ids=reset_state_ids)
 
     @register("split")
     def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
@@ -115,7 +116,7 @@ class RolloutWorker(Worker):
     @register("one_to_all", collect="none")
     def seed(self, seed: int) -> None:
         """Re-seed the sampling RNG (each epoch: a resumed run samples exactly as an uninterrupted one)."""
-        torch.manual_seed(int(seed) + 1_000_003 * self.rank)
+        torch.manual_seed(rank_seed(seed, self.rank))
 
     @register("split")
     @torch.no_grad()

@@ -1,12 +1,29 @@
-"""Pure RL algorithm functions for VLA fine-tuning: GAE, GRPO groups, PPO losses, KL, metrics.
+"""Pure RL algorithm functions for VLA fine-tuning: GAE, GRPO groups, PPO losses, KL, metrics, and the
+registries a trainer looks ``adv_type`` / ``loss_type`` / ``loss_agg_mode`` up in.
 
 Plain tensors in and out, keyword-only hyper-parameters, time-major ``[T, B]`` unless stated.
 """
 
+from vla_algos.aggregation import (
+    episode_mean_weights,
+    sample_loss_weights,
+    token_mean_weights,
+    weight_share,
+)
+from vla_algos.estimators import (
+    EstimatedAdvantages,
+    chunk_done,
+    chunked_gae,
+    gae_estimator,
+    grpo_estimator,
+    normalize_advantages,
+    rollout_action_mask,
+)
 from vla_algos.gae import compute_gae, compute_gae_loop
 from vla_algos.granularity import (
     LOGPROB_LEVELS,
     REWARD_LEVELS,
+    advantages_per_ratio,
     chunk_dones,
     chunk_rewards,
     executed_action_mask,
@@ -24,10 +41,15 @@ from vla_algos.objectives import actor_critic_loss, actor_loss
 from vla_algos.policy_loss import entropy_loss, ppo_actor_loss
 from vla_algos.registry import (
     ADVANTAGE_ESTIMATORS,
+    LOSS_AGG_MODES,
     POLICY_LOSSES,
+    AdvantageEstimator,
+    PolicyLoss,
     get_advantage_estimator,
+    get_loss_agg_mode,
     get_policy_loss,
     register_advantage_estimator,
+    register_loss_agg_mode,
     register_policy_loss,
 )
 from vla_algos.value_loss import explained_variance, value_loss
@@ -38,32 +60,49 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "KL_KINDS",
     "LOGPROB_LEVELS",
+    "LOSS_AGG_MODES",
     "POLICY_LOSSES",
     "REWARD_LEVELS",
+    "AdvantageEstimator",
+    "EstimatedAdvantages",
+    "PolicyLoss",
     "__version__",
     "actor_critic_loss",
     "actor_loss",
+    "advantages_per_ratio",
+    "chunk_done",
     "chunk_dones",
     "chunk_rewards",
+    "chunked_gae",
     "compute_gae",
     "compute_gae_loop",
     "compute_grpo_advantages",
     "entropy_loss",
+    "episode_mean_weights",
     "executed_action_mask",
     "explained_variance",
     "first_episode_mask",
     "first_episode_scores",
+    "gae_estimator",
     "get_advantage_estimator",
+    "get_loss_agg_mode",
     "get_policy_loss",
     "group_reward_filter",
+    "grpo_estimator",
     "kl_penalty",
     "masked_mean",
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "normalize_advantages",
     "ppo_actor_loss",
     "reduce_logprobs",
     "register_advantage_estimator",
+    "register_loss_agg_mode",
     "register_policy_loss",
+    "rollout_action_mask",
+    "sample_loss_weights",
+    "token_mean_weights",
     "value_loss",
+    "weight_share",
 ]

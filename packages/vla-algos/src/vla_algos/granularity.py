@@ -102,6 +102,24 @@ def executed_action_mask(dones: torch.Tensor) -> torch.Tensor:
     return (d.cumsum(-1) - d) == 0
 
 
+def advantages_per_ratio(
+    advantages: torch.Tensor, ratio_ndim: int, action_mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Match per-action advantages ``[B, C]`` to chunk-level ratios (``ratio_ndim`` 1): the mean over the
+    executed actions of each chunk (all actions without ``action_mask``). Otherwise unchanged.
+
+    Args:
+        advantages: ``[B]`` or ``[B, C]``.
+        ratio_ndim: dimensions of the reduced log-probs (:func:`reduce_logprobs`): 3, 2 or 1.
+        action_mask: bool ``[B, C]`` actions the env executed, or None.
+    """
+    if advantages.ndim <= ratio_ndim:
+        return advantages
+    if action_mask is None:
+        return advantages.mean(dim=-1)
+    return (advantages * action_mask).sum(-1) / action_mask.sum(-1).clamp(min=1)
+
+
 def _check_chunked(fn: str, name: str, x: torch.Tensor) -> None:
     check_tensor(fn, name, x)
     if x.ndim != 3:

@@ -1,14 +1,16 @@
-"""The two policy objectives a config selects with ``loss_type``: ``actor_critic`` (PPO) and ``actor`` (GRPO).
+"""The policy objectives a config selects with ``loss_type``: ``actor_critic`` (PPO) and ``actor`` (GRPO).
 
-Both take the same keyword arguments so a trainer has one call site; ``actor`` ignores the critic inputs.
-Metric keys carry an ``actor/`` or ``critic/`` prefix (log them under ``train/``).
+The loss composition lives here: ``loss = policy_loss - entropy_coef * entropy [+ value_coef * value_loss]``.
+Both objectives take the same keyword arguments so a trainer has one call site (``actor`` ignores the critic
+inputs); register another with :func:`vla_algos.register_policy_loss`. Metric keys carry an ``actor/`` or
+``critic/`` prefix (log them under ``train/``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from vla_algos.policy_loss import ppo_actor_loss
+from vla_algos.policy_loss import entropy_loss, ppo_actor_loss
 from vla_algos.value_loss import explained_variance, value_loss
 
 
@@ -21,6 +23,12 @@ def actor_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     dual_clip: float | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_mask: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    policy_scale: torch.Tensor | float | None = None,
+    entropy_scale: torch.Tensor | float | None = None,
+    train_policy: bool = True,
     values: torch.Tensor | None = None,
     old_values: torch.Tensor | None = None,
     returns: torch.Tensor | None = None,
@@ -29,14 +37,25 @@ def actor_loss(
     huber_delta: float | None = None,
     value_coef: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO-clip policy loss alone (``loss_type: actor``, GRPO). Critic arguments are accepted and ignored.
+    """PPO-clip policy loss minus an entropy bonus (``loss_type: actor``, GRPO). Critic arguments are
+    accepted and ignored.
 
-    Args: as :func:`vla_algos.ppo_actor_loss`.
+    Args:
+        logprobs, old_logprobs, advantages, mask, clip_ratio_low, clip_ratio_high, dual_clip: as
+            :func:`vla_algos.ppo_actor_loss` (``mask`` may hold float loss weights).
+        entropy: per-entry entropy (with grad) for the bonus and the ``actor/entropy_loss`` metric, or None.
+        entropy_mask: mask of ``entropy`` (as :func:`vla_algos.entropy_loss`).
+        entropy_coef: weight of the entropy bonus (subtracted).
+        policy_scale, entropy_scale: factors applied to the policy term (and its metrics) and to the entropy
+            term: a micro-batch's share of its minibatch's loss weight (:func:`vla_algos.weight_share`), so
+            micro-batches add up to the minibatch mean. None: 1.
+        train_policy: False during a critic warm-up: the policy and entropy terms give no gradient (their
+            metrics are still returned).
 
     Returns:
         ``(loss, metrics)``: 0-d loss with grad; metrics (0-d detached tensors) ``actor/policy_loss``,
         ``actor/approx_kl``, ``actor/clip_fraction``, ``actor/clipped_ratio``, ``actor/dual_clip_fraction``,
-        ``actor/ratio``.
+        ``actor/ratio`` and, with ``entropy``, ``actor/entropy_loss``.
     """
     del values, old_values, returns, value_mask, value_clip, huber_delta, value_coef
     loss, metrics = ppo_actor_loss(
@@ -48,8 +67,19 @@ def actor_loss(
         clip_ratio_high=clip_ratio_high,
         dual_clip=dual_clip,
     )
+    if policy_scale is not None:
+        loss = loss * policy_scale
+        metrics = {k: v * policy_scale for k, v in metrics.items()}
     out = {"actor/policy_loss": loss.detach()}
     out.update({f"actor/{k}": v for k, v in metrics.items()})
+    if entropy is not None:
+        entropy_mean = entropy_loss(entropy, entropy_mask)
+        if entropy_scale is not None:
+            entropy_mean = entropy_mean * entropy_scale
+        loss = loss - entropy_coef * entropy_mean
+        out["actor/entropy_loss"] = entropy_mean.detach()
+    if not train_policy:
+        loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
     return loss, out
 
 
@@ -62,6 +92,12 @@ def actor_critic_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     dual_clip: float | None = None,
+    entropy: torch.Tensor | None = None,
+    entropy_mask: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+    policy_scale: torch.Tensor | float | None = None,
+    entropy_scale: torch.Tensor | float | None = None,
+    train_policy: bool = True,
     values: torch.Tensor | None = None,
     old_values: torch.Tensor | None = None,
     returns: torch.Tensor | None = None,
@@ -70,19 +106,20 @@ def actor_critic_loss(
     huber_delta: float | None = None,
     value_coef: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO policy loss plus ``value_coef`` times the critic loss (``loss_type: actor_critic``).
+    """:func:`actor_loss` plus ``value_coef`` times the critic loss (``loss_type: actor_critic``, PPO).
 
     Args:
-        logprobs, old_logprobs, advantages, mask, clip_ratio_low, clip_ratio_high, dual_clip: as
-            :func:`vla_algos.ppo_actor_loss`.
+        logprobs ... train_policy: as :func:`actor_loss` (``train_policy=False`` keeps the critic term).
         values, old_values, returns: ``[*V]`` critic inputs (required), as :func:`vla_algos.value_loss`.
-        value_mask: mask for the critic terms, ``[*V]`` or a leading part; defaults to ``mask``.
+        value_mask: mask of the critic terms, ``[*V]`` or a leading part; None: all entries (the policy
+            ``mask`` may be per action or hold loss weights, the critic has one value per sample).
         value_clip, huber_delta: as :func:`vla_algos.value_loss`.
         value_coef: weight of the critic loss.
 
     Returns:
         ``(loss, metrics)``: metrics of :func:`actor_loss` plus ``critic/value_loss``,
-        ``critic/value_clip_ratio``, ``critic/explained_variance`` (0-d detached tensors).
+        ``critic/value_clip_ratio``, ``critic/explained_variance`` (0-d detached tensors; the explained
+        variance is NaN when the returns have zero variance).
     """
     missing = [
         n for n, x in (("values", values), ("old_values", old_values), ("returns", returns)) if x is None
@@ -90,7 +127,7 @@ def actor_critic_loss(
     if missing:
         raise ValueError(f"actor_critic_loss: {', '.join(f'`{n}`' for n in missing)} required (got None)")
     assert values is not None and old_values is not None and returns is not None  # for type checkers
-    policy, metrics = actor_loss(
+    loss, metrics = actor_loss(
         logprobs=logprobs,
         old_logprobs=old_logprobs,
         advantages=advantages,
@@ -98,12 +135,17 @@ def actor_critic_loss(
         clip_ratio_low=clip_ratio_low,
         clip_ratio_high=clip_ratio_high,
         dual_clip=dual_clip,
+        entropy=entropy,
+        entropy_mask=entropy_mask,
+        entropy_coef=entropy_coef,
+        policy_scale=policy_scale,
+        entropy_scale=entropy_scale,
+        train_policy=train_policy,
     )
-    critic_mask = mask if value_mask is None else value_mask
     critic, critic_metrics = value_loss(
-        values, old_values, returns, critic_mask, value_clip=value_clip, huber_delta=huber_delta
+        values, old_values, returns, value_mask, value_clip=value_clip, huber_delta=huber_delta
     )
     metrics["critic/value_loss"] = critic_metrics["value_loss"]
     metrics["critic/value_clip_ratio"] = critic_metrics["value_clip_ratio"]
-    metrics["critic/explained_variance"] = explained_variance(values, returns, critic_mask)
-    return policy + value_coef * critic, metrics
+    metrics["critic/explained_variance"] = explained_variance(values, returns, value_mask)
+    return loss + value_coef * critic, metrics

@@ -1,36 +1,75 @@
-"""Name registries, so a config can say ``adv_type: gae|grpo`` and ``loss_type: actor_critic|actor``.
+"""Name registries, so a config says ``adv_type``, ``loss_type`` and ``loss_agg_mode`` and a trainer looks
+the name up instead of branching on it.
 
-The estimators take different inputs (GAE needs a critic, GRPO group scores); the registry only resolves a
-name to the function, with an error listing the valid names. New entries: ``register_*``.
+Each entry states what a trainer must provide, so the trainer asks the entry, never the name:
+
+- an advantage estimator (:mod:`vla_algos.estimators`) says whether it ``needs_values`` (a critic) and
+  whether it scores ``grouped_starts`` (groups of ``group_size`` envs reset to one start state, one episode
+  each: the rollout may stop once every env's first episode ended);
+- a policy loss (:mod:`vla_algos.objectives`) says whether it ``uses_critic`` (values, returns);
+- a loss aggregation mode (:mod:`vla_algos.aggregation`) maps ``(loss_mask, done)`` to per-decision weights.
+
+Adding one is one call: ``register_advantage_estimator("rloo", fn, grouped_starts=True)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from vla_algos.gae import compute_gae
-from vla_algos.grpo import compute_grpo_advantages
+from vla_algos.aggregation import episode_mean_weights, token_mean_weights
+from vla_algos.estimators import gae_estimator, grpo_estimator
 from vla_algos.objectives import actor_critic_loss, actor_loss
 
-ADVANTAGE_ESTIMATORS: dict[str, Callable[..., Any]] = {
-    "gae": compute_gae,
-    "grpo": compute_grpo_advantages,
+
+@dataclass(frozen=True)
+class AdvantageEstimator:
+    """A registered ``adv_type``: call it like its function (keywords of :mod:`vla_algos.estimators`)."""
+
+    name: str
+    fn: Callable[..., Any]
+    needs_values: bool = False
+    grouped_starts: bool = False
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.fn(**kwargs)
+
+
+@dataclass(frozen=True)
+class PolicyLoss:
+    """A registered ``loss_type``: call it like its function (keywords of :func:`vla_algos.actor_loss`)."""
+
+    name: str
+    fn: Callable[..., Any]
+    uses_critic: bool = False
+
+    def __call__(self, **kwargs: Any) -> Any:
+        return self.fn(**kwargs)
+
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
+    "gae": AdvantageEstimator("gae", gae_estimator, needs_values=True),
+    "grpo": AdvantageEstimator("grpo", grpo_estimator, grouped_starts=True),
 }
-POLICY_LOSSES: dict[str, Callable[..., Any]] = {
-    "actor_critic": actor_critic_loss,
-    "actor": actor_loss,
+POLICY_LOSSES: dict[str, PolicyLoss] = {
+    "actor_critic": PolicyLoss("actor_critic", actor_critic_loss, uses_critic=True),
+    "actor": PolicyLoss("actor", actor_loss),
+}
+LOSS_AGG_MODES: dict[str, Callable[..., Any]] = {
+    "token-mean": token_mean_weights,
+    "seq-mean-token-mean": episode_mean_weights,
 }
 
 
-def _lookup(registry: dict[str, Callable[..., Any]], kind: str, name: str) -> Callable[..., Any]:
+def _lookup(registry: dict[str, Any], kind: str, name: str) -> Any:
     if name not in registry:
         raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(sorted(registry))}")
     return registry[name]
 
 
-def get_advantage_estimator(name: str) -> Callable[..., Any]:
-    """The advantage function registered as ``name`` (``adv_type``): ``gae`` or ``grpo``.
+def get_advantage_estimator(name: str) -> AdvantageEstimator:
+    """The advantage estimator registered as ``name`` (``adv_type``): ``gae`` or ``grpo`` built in.
 
     Raises:
         ValueError: unknown name (the message lists the valid ones).
@@ -38,8 +77,8 @@ def get_advantage_estimator(name: str) -> Callable[..., Any]:
     return _lookup(ADVANTAGE_ESTIMATORS, "adv_type", name)
 
 
-def get_policy_loss(name: str) -> Callable[..., Any]:
-    """The loss registered as ``name`` (``loss_type``): ``actor_critic`` or ``actor``.
+def get_policy_loss(name: str) -> PolicyLoss:
+    """The loss registered as ``name`` (``loss_type``): ``actor_critic`` or ``actor`` built in.
 
     Raises:
         ValueError: unknown name (the message lists the valid ones).
@@ -47,19 +86,45 @@ def get_policy_loss(name: str) -> Callable[..., Any]:
     return _lookup(POLICY_LOSSES, "loss_type", name)
 
 
-def _register(registry: dict[str, Callable[..., Any]], kind: str, name: str, fn: Callable[..., Any]) -> None:
+def get_loss_agg_mode(name: str) -> Callable[..., Any]:
+    """The weighting registered as ``name`` (``loss_agg_mode``): ``token-mean`` or ``seq-mean-token-mean``
+    built in; ``fn(loss_mask [T, B], done [T, B]) -> weights [T, B] or None``.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid ones).
+    """
+    return _lookup(LOSS_AGG_MODES, "loss_agg_mode", name)
+
+
+def _check_new(registry: dict[str, Any], kind: str, name: str) -> None:
     if not isinstance(name, str) or not name:
         raise ValueError(f"{kind} name must be a non-empty str, got {name!r}")
     if name in registry:
         raise ValueError(f"{kind} {name!r} is already registered")
-    registry[name] = fn
 
 
-def register_advantage_estimator(name: str, fn: Callable[..., Any]) -> None:
-    """Add an advantage estimator under a new ``adv_type`` name (existing names cannot be replaced)."""
-    _register(ADVANTAGE_ESTIMATORS, "adv_type", name, fn)
+def register_advantage_estimator(
+    name: str, fn: Callable[..., Any], *, needs_values: bool = False, grouped_starts: bool = False
+) -> None:
+    """Add an advantage estimator under a new ``adv_type`` name (existing names cannot be replaced).
+
+    ``fn`` takes the keywords of :mod:`vla_algos.estimators` (accept ``**unused``) and returns
+    :class:`vla_algos.EstimatedAdvantages`.
+    """
+    _check_new(ADVANTAGE_ESTIMATORS, "adv_type", name)
+    ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_values, grouped_starts)
 
 
-def register_policy_loss(name: str, fn: Callable[..., Any]) -> None:
-    """Add a policy objective under a new ``loss_type`` name (existing names cannot be replaced)."""
-    _register(POLICY_LOSSES, "loss_type", name, fn)
+def register_policy_loss(name: str, fn: Callable[..., Any], *, uses_critic: bool = False) -> None:
+    """Add a policy objective under a new ``loss_type`` name (existing names cannot be replaced).
+
+    ``fn`` takes the keywords of :func:`vla_algos.actor_critic_loss` and returns ``(loss, metrics)``.
+    """
+    _check_new(POLICY_LOSSES, "loss_type", name)
+    POLICY_LOSSES[name] = PolicyLoss(name, fn, uses_critic)
+
+
+def register_loss_agg_mode(name: str, fn: Callable[..., Any]) -> None:
+    """Add a loss aggregation mode under a new ``loss_agg_mode`` name (existing names cannot be replaced)."""
+    _check_new(LOSS_AGG_MODES, "loss_agg_mode", name)
+    LOSS_AGG_MODES[name] = fn

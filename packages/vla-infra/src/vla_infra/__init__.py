@@ -1,7 +1,7 @@
 """Placement, worker groups (local and Ray), pipelining, offload, FSDP2, weight sync, checkpoints, metric loggers.
 
 Public names are imported lazily (on first access), so that an optional dependency of one module
-(e.g. ``ray`` for :class:`RayBackend`) or a module still being written never breaks the others.
+(e.g. ``ray`` for :class:`RayBackend`) never breaks the others.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ _EXPORTS: dict[str, str] = {
     "StageStep": "vla_infra.pipeline",
 }
 
-# >>> part B exports (offload, fsdp, weight_sync, checkpoint, logging): add "name": "module" lines here
+# offload, FSDP2, weight sync, checkpoints, logging
 _EXPORTS.update(
     {
         # offload (enable_offload)
@@ -88,7 +88,6 @@ _EXPORTS.update(
         "M": "vla_infra.logging",
     }
 )
-# <<< part B exports
 
 
 def __getattr__(name: str) -> Any:

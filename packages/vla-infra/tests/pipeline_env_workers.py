@@ -1,5 +1,5 @@
-"""Helpers for the placement/worker/pipeline tests (part A): a deterministic env stepped in a subprocess,
-and worker classes shared by the local and Ray tests."""
+"""A deterministic env stepped in a subprocess and worker classes, shared by the placement / worker / pipeline
+tests on the local and Ray backends."""
 
 from __future__ import annotations
 

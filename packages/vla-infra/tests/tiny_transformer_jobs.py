@@ -1,4 +1,4 @@
-"""Shared pieces of the offload / FSDP / weight-sync / checkpoint tests.
+"""A tiny transformer and the spawn entry points of the offload / FSDP / weight-sync / checkpoint tests.
 
 Module-level functions here are the entry points of processes started with ``spawn`` (the test modules are
 imported by path, so the child processes could not import functions defined in them).

@@ -1,0 +1,76 @@
+"""A deterministic simulator for fast tests of `VectorEnv` and the rollout collector (no MuJoCo).
+
+Row state: the reset id and a step counter. Each step the counter advances; the episode succeeds (reward 1,
+terminated) at step `SUCCESS_AT[reset_id % 4]` (never for reset ids = 3 mod 4, which run to the time limit).
+An action whose first entry equals `CRASH` kills the worker process (a simulator segfault). Observations encode
+the state: `states = [reset_id, step]`, images filled with the step count.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from vla_envs import EnvConfig, register_env_type
+from vla_envs.sim import SimSpec
+from vla_envs.vector import VectorEnv
+
+ENV_TYPE = "fake_counter"
+SUCCESS_AT = (1, 2, 3, 10**9)
+CRASH = 0.75
+ACTION_DIM = 2
+
+
+class CounterSim:
+    """One deterministic env (see module docstring)."""
+
+    def __init__(self, image_size: int) -> None:
+        self.image_size = image_size
+        self.reset_id = 0
+        self.t = 0
+
+    def _obs(self) -> dict:
+        return {
+            "images": np.full((self.image_size, self.image_size, 3), self.t % 256, np.uint8),
+            "wrist_images": None,
+            "states": np.array([self.reset_id, self.t], np.float32),
+            "task_descriptions": "count",
+        }
+
+    def reset(self, reset_state_id: int) -> dict:
+        self.reset_id, self.t = int(reset_state_id), 0
+        return self._obs()
+
+    def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool]:
+        if float(action[0]) == CRASH:
+            os._exit(1)
+        self.t += 1
+        success = self.t == SUCCESS_AT[self.reset_id % 4]
+        return self._obs(), float(success), success, False
+
+    def close(self) -> None:
+        pass
+
+
+def build_counter_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list[CounterSim]:
+    return [CounterSim(int(cfg.image_hw[0])) for _ in rows]
+
+
+def counter_spec() -> SimSpec:
+    return SimSpec(
+        builder=f"{__name__}:build_counter_sims",
+        action_dim=ACTION_DIM,
+        action_low=np.full(ACTION_DIM, -1.0, np.float32),
+        action_high=np.full(ACTION_DIM, 1.0, np.float32),
+        tasks=["count"],
+    )
+
+
+def make_counter_env(cfg: EnvConfig) -> VectorEnv:
+    return VectorEnv(cfg, counter_spec())
+
+
+def register() -> None:
+    """Make `env_type="fake_counter"` available to `make_env` (and so to the app's env workers)."""
+    register_env_type(ENV_TYPE, make_counter_env, task_lister=lambda: ["count"], overwrite=True)

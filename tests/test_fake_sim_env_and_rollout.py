@@ -1,0 +1,196 @@
+"""`VectorEnv` autoreset and crash restart, and the rollout collector, on a deterministic simulator.
+
+The fake simulator (`fake_counter_sim`) ends each episode at a known step, so every flag, final observation
+and mask can be asserted exactly, in seconds and without MuJoCo. The real-simulator tests of vla-envs and the
+end-to-end tests cover the same code with MetaWorld, ManiSkill3 and LIBERO.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vla_envs import EnvConfig
+from vla_envs.vector import VectorEnv
+
+# --import-mode=importlib: put the simulator module beside this file on the path
+sys.path.insert(0, str(Path(__file__).parent))
+import fake_counter_sim as fake
+
+# reset ids 0, 1, 2, 3 succeed after 1, 2, 3 steps, and never (the time limit, 5 steps, truncates them)
+IDS = [0, 1, 2, 3]
+
+
+def _env(**kw) -> VectorEnv:
+    base = dict(
+        env_type=fake.ENV_TYPE, task="count", num_envs=4, envs_per_worker=0, image_size=8, max_episode_steps=5
+    )
+    return fake.make_counter_env(EnvConfig(**{**base, **kw}))
+
+
+def _zeros(b: int = 4, c: int = 2) -> np.ndarray:
+    return np.zeros((b, c, fake.ACTION_DIM), np.float32)
+
+
+def test_same_step_autoreset_reports_each_end_once_and_skips_the_rest_of_the_chunk() -> None:
+    env = _env(auto_reset=True)
+    try:
+        env.reset(reset_state_ids=IDS)
+        r = env.chunk_step(_zeros())  # steps 1-2
+        assert r.terminated.tolist() == [[True, False], [False, True], [False, False], [False, False]]
+        assert not r.truncated.any() and r.rewards.tolist() == [[1, 0], [0, 1], [0, 0], [0, 0]]
+        assert r.final_mask.tolist() == [True, True, False, False]
+        assert r.final_obs["states"][:2].tolist() == [[0, 1], [1, 2]]  # the last obs of the ended episodes
+        assert r.obs["states"][:2, 1].tolist() == [0, 0]  # already the next episode's first obs
+        assert r.obs["states"][2:].tolist() == [[2, 2], [3, 2]]
+        assert r.episode_metrics["episode_len"][:2].tolist() == [1, 2]
+        assert r.episode_metrics["success_once"][:2].tolist() == [1, 1]
+        r = env.chunk_step(_zeros())  # steps 3-4 of rows 2 and 3
+        assert r.terminated[2].tolist() == [True, False] and r.final_obs["states"][2].tolist() == [2, 3]
+        r = env.chunk_step(_zeros())  # row 3 reaches the time limit at step 5: truncated, not terminated
+        assert r.truncated[3].tolist() == [True, False] and not r.terminated[3].any()
+        assert r.final_obs["states"][3].tolist() == [3, 5] and r.episode_metrics["success_once"][3] == 0
+    finally:
+        env.close()
+
+
+def test_without_autoreset_an_ended_row_stays_ended_until_reset() -> None:
+    env = _env(auto_reset=False)
+    try:
+        env.reset(reset_state_ids=IDS)
+        first = env.chunk_step(_zeros())
+        assert first.final_mask[0]
+        for _ in range(2):
+            r = env.chunk_step(_zeros())
+            assert not r.final_mask[0] and not r.terminated[0].any() and r.rewards[0].sum() == 0
+            assert r.obs["states"][0].tolist() == [0, 1]  # held at its final observation
+        env.reset(reset_state_ids=IDS)
+        assert env.chunk_step(_zeros()).final_mask[0]  # a reset starts it again
+    finally:
+        env.close()
+
+
+def test_a_crashed_worker_is_restarted_and_its_rows_end_their_episode() -> None:
+    env = _env(auto_reset=True, envs_per_worker=2, start_method="fork", worker_timeout_s=30.0)
+    try:
+        env.reset(reset_state_ids=[2, 3, 2, 3])
+        env.chunk_step(_zeros(c=1))
+        actions = _zeros(c=1)
+        actions[0, 0, 0] = fake.CRASH  # the worker holding rows 0 and 1 dies
+        r = env.chunk_step(actions)
+        assert env.worker_restarts == 1
+        assert r.truncated[:2, 0].tolist() == [True, True] and r.final_mask[:2].all()
+        assert r.final_obs["states"][:2].tolist() == [[2, 1], [3, 1]]  # the last obs seen before the crash
+        assert r.obs["states"][:2, 1].tolist() == [0, 0]  # restarted rows begin new episodes
+        assert r.obs["states"][2:].tolist() == [[2, 2], [3, 2]]  # the other worker stepped on
+        assert not r.final_mask[2:].any()
+        r = env.chunk_step(_zeros(c=1))
+        # the replacement worker steps its rows like any other (no further restart or boundary)
+        assert r.terminated[2, 0] and env.worker_restarts == 1 and not r.truncated[:2].any()
+    finally:
+        env.close()
+
+
+@pytest.fixture
+def groups():
+    """Two pipeline stages of 2 env ranks (1 row each) and one rollout rank with the tiny OpenVLA-OFT."""
+    from train_embodied.config.sections import ModelSection, RolloutSection
+    from train_embodied.workers import EnvWorker, RolloutWorker
+    from vla_infra import WorkerGroup, make_backend, resolve_placement
+
+    fake.register()
+    torch.manual_seed(0)
+    backend = make_backend("local")
+    placement = resolve_placement({"env": "0:0-1", "rollout": 0}, num_nodes=1, num_gpus_per_node=0)
+    cfg = EnvConfig(
+        env_type=fake.ENV_TYPE,
+        task="count",
+        num_envs=2,
+        envs_per_worker=0,
+        image_size=32,
+        max_episode_steps=5,
+        auto_reset=False,
+    )
+    stages = [
+        WorkerGroup(EnvWorker, placement["env"], backend=backend, name=f"env_{s}", kwargs={"env_cfg": cfg})
+        for s in range(2)
+    ]
+    model = ModelSection(
+        image_size=32,
+        action_dim=fake.ACTION_DIM,
+        num_action_chunks=2,
+        use_proprio=False,
+        extra={"patch_size": 16, "hidden_size": 64},
+    )
+    rollout = WorkerGroup(
+        RolloutWorker,
+        placement["rollout"],
+        backend=backend,
+        name="rollout",
+        kwargs={"model": model, "env_spec": stages[0].spec(), "sampling": RolloutSection()},
+    )
+    # a random value head (its last layer starts at zero), so that bootstrapped values are visible
+    from train_embodied.policy_io import build_policy_for_run
+
+    weights = build_policy_for_run(model, stages[0].spec()).state_dict()
+    g = torch.Generator().manual_seed(1)
+    for k, v in weights.items():
+        if "value_head" in k:
+            weights[k] = torch.randn(v.shape, generator=g) * 0.5
+    rollout.load_weights(weights, 1)
+    yield stages, rollout
+    for g in stages:
+        g.close()
+    for g in [*stages, rollout]:
+        g.shutdown()
+    backend.shutdown()
+
+
+def test_rollout_collector_joins_stages_and_ranks_and_masks_finished_episodes(groups) -> None:
+    from train_embodied.advantages import compute_advantages
+    from train_embodied.config.sections import AlgorithmSection
+    from train_embodied.rollout import collect_rollout
+
+    stages, rollout = groups
+    batch = collect_rollout(
+        stages,
+        rollout,
+        num_decisions=5,
+        reset_kwargs=[{"reset_state_ids": np.array([0, 1])}, {"reset_state_ids": np.array([2, 3])}],
+        bootstrap_truncation=True,
+        stop_when_all_done=True,
+    )
+    # rows in stage order: ids 0, 1 (stage 0, ranks 0 and 1), ids 2, 3 (stage 1); chunks of 2 actions
+    # row 0 ends at decision 0 (action 0), row 1 at decision 0 (action 1), row 2 at decision 1 (action 0),
+    # row 3 is truncated at step 5 = decision 2 (action 0); then every env is done and the rollout stops
+    assert batch.rewards.shape == (3, 4, 2) and batch.logprobs.shape[:3] == (3, 4, 2)
+    assert batch.terminated[0, :2].tolist() == [[True, False], [False, True]]
+    assert batch.terminated[1, 2].tolist() == [True, False] and batch.truncated[2, 3].tolist() == [
+        True,
+        False,
+    ]
+    assert batch.loss_mask.T.tolist() == [[True, False, False]] * 2 + [
+        [True, True, False],
+        [True, True, True],
+    ]
+    assert batch.first_scores.tolist() == [1.0, 1.0, 1.0, 0.0]
+    assert batch.env_steps == (4 + 2 + 1) * 2
+    # V(final obs) bootstraps the truncated episode only
+    final_obs = {
+        "images": np.full((1, 32, 32, 3), 5, np.uint8),
+        "wrist_images": None,
+        "states": np.array([[3, 5]], np.float32),
+        "task_descriptions": ["count"],
+    }
+    expected = float(rollout.values(final_obs)[0])
+    assert expected != 0 and float(batch.final_values[2, 3]) == pytest.approx(expected, abs=1e-6)
+    assert int((batch.final_values != 0).sum()) == 1
+    adv = compute_advantages(
+        batch, AlgorithmSection(adv_type="grpo", loss_type="actor", group_size=2, normalize_advantages=False)
+    )
+    # groups (0, 1) both succeed: no signal; group (2, 3): the success gets the positive advantage
+    assert adv.advantages[0, :2].abs().max() < 1e-4 and adv.advantages[0, 2] > 0 > adv.advantages[0, 3]

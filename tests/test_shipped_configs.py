@@ -1,0 +1,110 @@
+"""Every shipped config (`vla-train --list`) trains one iteration on the CPU, as shipped except for sizes.
+
+What is shrunk, and nothing else: the model becomes the tiny model of the same family (`actor.model.size=tiny`,
+no checkpoint, fp32, 32 px, 64 hidden), envs / episodes / steps / batch sizes / group size get small, GPUs
+become CPU slots (the same component layout on processes of one CPU node; the local backend), and simulators
+with a GPU backend use their CPU one. Algorithm, LoRA, value head, chunking, action dims, offload, pipeline
+stages, video and logging settings stay as shipped (GRPO's reward filter is switched off: a random policy's
+all-fail groups would all be dropped before the update). MetaWorld, ManiSkill3 and LIBERO run their real CPU
+simulators. This catches what validation cannot: shape mismatches between a family and an env, batch joins
+across env ranks and pipeline stages, settings that break at run time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from train_embodied.config import list_configs, load_train_config
+from train_embodied.testing import read_metrics, run_train
+
+SHIPPED = list_configs()
+
+
+def _cpu_placement(placement: dict[str, Any]) -> str:
+    """The shipped component layout on CPU slots (processes of node 0): a component spread over several GPUs
+    gets 2 processes, one on a single GPU 1; the actor gets 1 (a sharded actor needs the Ray backend, covered by
+    tests/test_e2e_train_fsdp.py)."""
+    parts = []
+    for key, value in placement.items():
+        several = str(value) == "all" or "-" in str(value) or "," in str(value)
+        for name in (k.strip() for k in str(key).split(",")):
+            parts.append(f"{name}: 0" if name == "actor" or not several else f"{name}: '0:0-1'")
+    return "cluster.component_placement={" + ", ".join(parts) + "}"
+
+
+def shrunk_overrides(name: str) -> list[str]:
+    """Hydra overrides that shrink shipped config `name` to a one-iteration CPU run (see module docstring)."""
+    tc = load_train_config(name, [], check_paths=False)
+    model, algo, train = tc.actor.model, tc.algorithm, tc.env_train
+    chunks = model.num_action_chunks
+    grouped = algo.adv_type == "grpo"
+    group = 2 if grouped else 1
+    stages = tc.rollout.pipeline_stage_num
+    num_envs = 2 * group * stages  # 2 per stage (2 groups with GRPO): every env rank gets rows
+    decisions = 2
+    out = [
+        "actor.model.size=tiny",
+        "actor.model.model_path=null",
+        "actor.model.precision=fp32",
+        "actor.model.unnorm_key=null",  # action statistics come with a checkpoint; the tiny model has none
+        "actor.model.image_size=32",
+        "++actor.model.extra.patch_size=16",
+        "++actor.model.extra.hidden_size=64",
+        "++actor.model.extra.prompt_length=64",  # the tiny default (32 tokens) is shorter than LIBERO-10 prompts
+        "cluster.num_gpus_per_node=0",
+        "cluster.backend=local",
+        _cpu_placement(dict(tc.cluster.component_placement)),
+        "runner.max_epochs=1",
+        "runner.val_check_interval=-1",
+        "runner.eval_before_train=false",  # the evaluation after the iteration covers the eval path
+        "runner.progress_bar=false",
+        "runner.torch_num_threads=1",
+        f"env.train.num_envs={num_envs}",
+        f"env.train.max_steps_per_rollout_epoch={decisions * chunks}",
+        f"env.train.max_episode_steps={decisions * chunks}",
+        "env.train.image_size=32",
+        "env.eval.image_size=32",
+        f"env.eval.num_envs={2 * stages if tc.env_eval.num_envs % 2 == 0 else 1}",
+        "env.eval.num_episodes=2",
+        f"env.eval.max_episode_steps={chunks}",
+        f"actor.micro_batch_size={max(1, num_envs // 2)}",
+        f"actor.global_batch_size={num_envs}",
+    ]
+    for section, env, rows in (("train", train, num_envs // stages), ("eval", tc.env_eval, 2 * stages)):
+        if env.envs_per_worker > 0:  # one simulator process per env rank (2 ranks)
+            out.append(f"env.{section}.envs_per_worker={max(1, rows // 2)}")
+        if env.extra.get("sim_backend") == "gpu":
+            out.append(f"env.{section}.extra.sim_backend=cpu")
+    if grouped:
+        out += [f"algorithm.group_size={group}", f"env.train.group_size={group}"]
+        # the one setting that is not a size: a random tiny policy fails every episode, and the filter would
+        # drop all its groups before the update (whose shapes this test is about)
+        out.append("algorithm.filter_rewards=false")
+    if "metaworld" in train.env_type and train.num_trials_per_task > 1000:
+        out.append("env.train.num_trials_per_task=1000")
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_config_trains_one_iteration_on_cpu(name: str, tmp_path: Path) -> None:
+    overrides = shrunk_overrides(name)
+    summary = run_train(name, overrides, tmp_path / "run")
+    assert summary["epochs"] == 1 and summary["env_steps"] > 0
+    rows = read_metrics(tmp_path / "run")
+    train = [r for r in rows if "train/actor/policy_loss" in r]
+    assert len(train) == 1, rows
+    row = train[0]
+    assert math.isfinite(row["train/actor/policy_loss"]) and row["train/actor/num_samples"] > 0
+    assert row["train/actor/first_minibatch_approx_kl"] < 1e-4  # rollout and actor computed the same policy
+    tc = load_train_config(name, [*overrides, f"runner.logger.log_dir={tmp_path / 'run'}"])
+    if tc.algorithm.loss_type == "actor_critic":
+        assert math.isfinite(row["train/critic/value_loss"])
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["algorithm"]["adv_type"] == tc.algorithm.adv_type
+    assert "eval/success_once" in rows[-1] or "eval/success_once" in summary.get("history", [{}])[-1]

@@ -6,7 +6,9 @@ become CPU slots (the same component layout on processes of one CPU node; the lo
 with a GPU backend use their CPU one. Algorithm, LoRA, value head, chunking, action dims, offload, pipeline
 stages, video and logging settings stay as shipped (GRPO's reward filter is switched off: a random policy's
 all-fail groups would all be dropped before the update). MetaWorld, ManiSkill3 and LIBERO run their real CPU
-simulators. This catches what validation cannot: shape mismatches between a family and an env, batch joins
+simulators. RoboTwin runs its real code from the environment of `scripts/setup_robotwin.sh`, on the task that
+environment can build without RoboTwin's downloaded assets (`stack_blocks_two` with the stand-in robot), as the
+tiny model stands in for the checkpoint: chunking, 14-D actions, proprio and the algorithm stay as shipped. This catches what validation cannot: shape mismatches between a family and an env, batch joins
 across env ranks and pipeline stages, settings that break at run time.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +26,30 @@ from train_embodied.config import list_configs, load_train_config
 from train_embodied.testing import read_metrics, run_train
 
 SHIPPED = list_configs()
+ROBOTWIN_VENV = Path(
+    os.environ.get("ROBOTWIN_VENV") or Path(__file__).resolve().parents[1] / ".venv-robotwin"
+)
+# The RoboTwin task the stand-in robot of scripts/setup_robotwin.sh builds without RoboTwin's downloaded assets.
+ROBOTWIN_CPU_TASK = "stack_blocks_two"
+
+
+def _robotwin_overrides(section: str) -> list[str]:
+    """Run env.<section> on RoboTwin's real code in its own environment, on the CPU stand-in task."""
+    if not (ROBOTWIN_VENV / ".robotwin-ready").is_file():
+        pytest.skip(
+            f"no RoboTwin environment at {ROBOTWIN_VENV}: build it with `bash scripts/setup_robotwin.sh`"
+        )
+    key = f"env.{section}"
+    return [
+        f"{key}.task={ROBOTWIN_CPU_TASK}",
+        f"++{key}.extra.task_config.task_name={ROBOTWIN_CPU_TASK}",
+        f"++{key}.extra.robotwin_python={ROBOTWIN_VENV / 'bin/python'}",
+        f"++{key}.extra.assets_path={ROBOTWIN_VENV / 'robotwin-assets'}",
+        f"++{key}.extra.camera_shader=default",  # ray tracing takes minutes per frame on a CPU renderer
+        f"++{key}.extra.seeds_path=null",
+        f"++{key}.extra.task_config.domain_randomization="
+        "{random_background: false, cluttered_table: false, random_light: false}",
+    ]
 
 
 def _cpu_placement(placement: dict[str, Any]) -> str:
@@ -85,6 +112,9 @@ def shrunk_overrides(name: str) -> list[str]:
         # the one setting that is not a size: a random tiny policy fails every episode, and the filter would
         # drop all its groups before the update (whose shapes this test is about)
         out.append("algorithm.filter_rewards=false")
+    for section, env in (("train", train), ("eval", tc.env_eval)):
+        if env.env_type == "robotwin":
+            out += _robotwin_overrides(section)
     if "metaworld" in train.env_type and train.num_trials_per_task > 1000:
         out.append("env.train.num_trials_per_task=1000")
     return out

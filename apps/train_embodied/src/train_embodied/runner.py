@@ -82,6 +82,17 @@ def env_metrics(batch: RolloutBatch) -> dict[str, float]:
     }
 
 
+def env_fault_metrics(w: RunWorkers) -> dict[str, float]:
+    """`env/worker_restarts`, `env/lost_episodes` (episodes in flight on a crashed simulator, ended as truncated)
+    and `env/restart_time_s`, summed over every env worker of the run (training stages and evaluation) so far."""
+    totals = {"worker_restarts": 0.0, "lost_episodes": 0.0, "restart_time_s": 0.0}
+    for group in [*w.env_train, w.env_eval]:
+        for stats in group.fault_stats():
+            for key in totals:
+                totals[key] += float(stats.get(key, 0.0))
+    return {f"env/{key}": value for key, value in totals.items()}
+
+
 def grpo_reset_ids(tc: TrainConfig, num_reset_states: int, epoch: int) -> np.ndarray:
     """Reset ids [num_envs] for GRPO: each consecutive group of `group_size` envs shares one start."""
     g = tc.algorithm.group_size
@@ -234,7 +245,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
 
             # ---- 4. log
             timings["time/step"] = time.time() - t_epoch
-            metrics = {**train_metrics, **adv.stats, **env_metrics(batch), **timings}
+            metrics = {**train_metrics, **adv.stats, **env_metrics(batch), **env_fault_metrics(w), **timings}
             metrics["env/env_steps"] = float(state["env_steps"])
             logger.log(metrics, step=epoch + 1)
             state["history"].append(

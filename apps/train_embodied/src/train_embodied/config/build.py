@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from train_embodied.checkpointing import AUTO, ResumeError, find_latest_checkpoint
 from train_embodied.config.convert import build_section, unknown_key_errors
 from train_embodied.config.sections import (
     ENV_APP_KEYS,
@@ -86,6 +87,18 @@ def _env_config(
         # vla_envs says "EnvConfig.num_envs=0 is invalid: ..."; say which section it came from.
         errors.append(re.sub(r"\b(EnvConfig|VideoConfig)\.", f"{prefix}.", str(exc)))
         return None, run
+
+
+def _check_env_type(env: EnvConfig, prefix: str) -> list[str]:
+    """The simulator adapter must be registered (a typo would otherwise fail only when the envs are built)."""
+    from vla_envs import list_env_types
+
+    known = list_env_types()
+    if env.env_type in known:
+        return []
+    close = difflib.get_close_matches(env.env_type, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return [f"{prefix}.env_type={env.env_type!r} is not one of: {', '.join(known)}{hint}"]
 
 
 def _check_task(env: EnvConfig, prefix: str) -> list[str]:
@@ -228,13 +241,18 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
                     f"actor.model.image_size={model.image_size!r} does not match {name}.image_size="
                     f"{env.image_size!r} (the policy is built for the env's images)"
                 )
-    errors += _check_task(tc.env_train, "env.train") + _check_task(tc.env_eval, "env.eval")
+    for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
+        type_errors = _check_env_type(env, name)
+        errors += type_errors or _check_task(env, name)
     errors += _check_placement(tc.cluster)
     errors += _check_actor_sharding(tc)
     if check_paths:  # checks against this machine
         errors += _check_gpus_here(tc.cluster)
-        if tc.runner.resume_dir and not os.path.isdir(tc.runner.resume_dir):
-            errors.append(f"runner.resume_dir={tc.runner.resume_dir!r} is invalid: no such folder")
+        if tc.runner.resume_dir and tc.runner.resume_dir != AUTO:
+            try:
+                find_latest_checkpoint(tc.runner.resume_dir)
+            except ResumeError as exc:
+                errors.append(str(exc))
         if model.model_path and not os.path.isdir(model.model_path):
             errors.append(
                 f"actor.model.model_path={model.model_path!r} is invalid: no such folder "

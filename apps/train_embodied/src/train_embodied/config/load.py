@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
@@ -84,6 +85,17 @@ def _explain_override_error(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _explain_yaml_error(exc: yaml.YAMLError) -> str:
+    """`file:line:column: YAML syntax error: <problem>` (1-based line and column, as editors count)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    what = f"{problem} ({context})" if context else str(problem)
+    if mark is None:
+        return f"YAML syntax error: {what}"
+    return f"{mark.name}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {what}"
+
+
 def compose_config(config: str, overrides: list[str] | None = None) -> DictConfig:
     """Compose `config` with `overrides` (Hydra grammar). Raises ConfigError with one line per problem."""
     search_dir, name, extra = _resolve_config(config)
@@ -94,18 +106,28 @@ def compose_config(config: str, overrides: list[str] | None = None) -> DictConfi
         raise ConfigError([_explain_override_error(exc)]) from None
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError([f"cannot compose config {config!r}: {str(exc).splitlines()[0]}"]) from None
+    except yaml.YAMLError as exc:  # a config file (the user's or a group option) that is not valid YAML
+        raise ConfigError([_explain_yaml_error(exc)]) from None
     return cfg
 
 
 def assign_log_dir(cfg: DictConfig, *, now: datetime.datetime | None = None) -> str:
-    """Fill `runner.logger.log_dir` = `log_path/experiment_name/<timestamp>` unless it is set; return it."""
+    """Fill `runner.logger.log_dir` = `log_path/experiment_name/<timestamp>` unless it is set; return it.
+
+    With `runner.resume_dir=auto` it is the newest run folder of this experiment holding a checkpoint, if any,
+    so that rerunning the command that crashed continues that run in its own folder."""
+    from train_embodied.checkpointing import AUTO, find_run_to_resume
+
     logger = cfg.runner.logger
     if logger.get("log_dir"):
         return str(logger.log_dir)
+    previous = None
+    if cfg.runner.get("resume_dir") == AUTO:
+        previous = find_run_to_resume(str(logger.log_path), str(logger.experiment_name))
     stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
     base = Path(str(logger.log_path)) / str(logger.experiment_name) / stamp
-    run_dir, k = base, 1
-    while run_dir.exists():
+    run_dir, k = previous or base, 1
+    while previous is None and run_dir.exists():
         run_dir = base.with_name(f"{stamp}-{k}")
         k += 1
     OmegaConf.set_struct(cfg, False)

@@ -90,10 +90,12 @@ class RunnerSection:
     seed: int = 0
     progress_bar: bool = True
     torch_num_threads: int = 1
+    max_consecutive_skipped_updates: int = 3
 
     def check(self, prefix: str) -> list[str]:
         return (
-            at_least(f"{prefix}.torch_num_threads", self.torch_num_threads, 0)
+            at_least(f"{prefix}.max_consecutive_skipped_updates", self.max_consecutive_skipped_updates, 1)
+            + at_least(f"{prefix}.torch_num_threads", self.torch_num_threads, 0)
             + one_of(f"{prefix}.task_type", self.task_type, ("embodied",))
             + at_least(f"{prefix}.max_epochs", self.max_epochs, 0)
             + at_least(f"{prefix}.max_steps", self.max_steps, 1, allow=(-1,))

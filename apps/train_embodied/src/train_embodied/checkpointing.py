@@ -34,8 +34,9 @@ def _step(path: Path) -> int:
     return int(tail) if tail.isdigit() else -1
 
 
-def find_latest_checkpoint(path: str | Path) -> Path:
-    """The checkpoint folder `path` names, or the newest intact `global_step_N` below it (or below `checkpoints/`).
+def find_latest_checkpoint(path: str | Path, skipped: list[str] | None = None) -> Path:
+    """The checkpoint folder `path` names, or the newest intact `global_step_N` below it (or below `checkpoints/`);
+    newer damaged or incomplete ones passed over add a line to `skipped`.
 
     Raises:
         ResumeError: `path` is missing, is not a run folder, or holds no complete and intact checkpoint.
@@ -46,13 +47,13 @@ def find_latest_checkpoint(path: str | Path) -> Path:
         raise ResumeError(f"{bad} no such folder")
     if not root.is_dir():
         raise ResumeError(f"{bad} a file, not a run folder or a checkpoint folder")
-    if (root / COMPLETE_MARKER).exists() or (root / MANIFEST).exists():  # one checkpoint folder
+    if (root / COMPLETE_MARKER).exists() or (root / MANIFEST).exists() or _step(root) >= 0:  # one checkpoint
         problem = checkpoint_problem(root)
         if problem is not None:
             raise ResumeError(f"{bad} {problem}")
         return root
     base = root / "checkpoints" if (root / "checkpoints").is_dir() else root
-    found = latest_checkpoint(base, verify=True)
+    found = latest_checkpoint(base, verify=True, skipped=skipped)
     if found is not None:
         return found
     steps = [p for p in base.glob("global_step_*") if _step(p) >= 0]
@@ -77,12 +78,18 @@ def find_run_to_resume(log_path: str | Path, experiment_name: str) -> Path | Non
 
 
 def resume_checkpoint(resume_dir: str | None, log_dir: str | Path) -> Path | None:
-    """The checkpoint a run starts from: None for a fresh start (no `resume_dir`, or `auto` with nothing saved)."""
+    """The checkpoint a run starts from: None for a fresh start (no `resume_dir`, or `auto` with nothing saved).
+    Prints one line per newer checkpoint passed over (interrupted save, damaged file)."""
     if not resume_dir:
         return None
+    skipped: list[str] = []
     if resume_dir == AUTO:
-        return latest_checkpoint(Path(log_dir) / "checkpoints", verify=True)
-    return find_latest_checkpoint(resume_dir)
+        found = latest_checkpoint(Path(log_dir) / "checkpoints", verify=True, skipped=skipped)
+    else:
+        found = find_latest_checkpoint(resume_dir, skipped)
+    for line in skipped:
+        print(f"[resume] skipped: {line}")
+    return found
 
 
 def drop_metrics_after(log_dir: str | Path, step: int) -> None:

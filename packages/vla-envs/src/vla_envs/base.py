@@ -174,7 +174,7 @@ def check_actions(
     arr = np.asarray(actions, dtype=np.float32)
     if arr.ndim != 3 or arr.shape[0] != num_envs or arr.shape[2] != action_dim or arr.shape[1] < 1:
         raise ValueError(
-            f"actions must have shape [num_envs={num_envs}, chunk>=1, action_dim={action_dim}] (every env row), "
+            f"actions must have shape [num_envs={num_envs}, chunk>=1, action_dim={action_dim}], "
             f"got {tuple(np.shape(actions))}; the simulators were not stepped"
         )
     if not np.all(np.isfinite(arr)):

@@ -19,14 +19,14 @@ process group (one process writes alone); with an initialised group every rank c
 
 :func:`load_checkpoint` checks every file against the manifest (size and sha256) and raises
 :class:`CheckpointError` with one line naming a missing, truncated or altered file;
-``latest_checkpoint(root, verify=True)`` skips such checkpoints and returns the newest intact one.
+``latest_checkpoint(root, verify=True)`` skips such checkpoints (saying why in ``skipped``) and returns the newest
+intact one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import random
 import re
@@ -79,8 +79,6 @@ _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _LEFTOVER_DIR = re.compile(r"^(?P<final>.+)\.(?P<kind>tmp|old)-[0-9a-f]+$")
 _FORMAT_VERSION = 1
 _HASH_CHUNK = 8 << 20
-
-logger = logging.getLogger(__name__)
 
 
 class CheckpointError(FileNotFoundError):
@@ -352,12 +350,15 @@ def _recover_interrupted_overwrites(base: Path) -> list[Path]:
     return recovered
 
 
-def latest_checkpoint(root: str | os.PathLike[str], *, verify: bool = False) -> Path | None:
+def latest_checkpoint(
+    root: str | os.PathLike[str], *, verify: bool = False, skipped: list[str] | None = None
+) -> Path | None:
     """The complete ``global_step_<N>`` directory under ``root`` with the largest N, or None.
 
-    With ``verify=True`` the files' checksums are compared too; a damaged checkpoint is skipped (with a warning
-    naming the file) and the newest intact one is returned. A checkpoint whose overwrite was interrupted between
-    its two renames is first moved back into place."""
+    With ``verify=True`` the files' checksums are compared too; a damaged checkpoint is skipped and the newest
+    intact one is returned. Each newer checkpoint passed over adds its :func:`checkpoint_problem` line to
+    ``skipped`` (when given). A checkpoint whose overwrite was interrupted between its two renames is first moved
+    back into place."""
     base = Path(root)
     if not base.is_dir():
         return None
@@ -371,8 +372,8 @@ def latest_checkpoint(root: str | os.PathLike[str], *, verify: bool = False) -> 
         problem = checkpoint_problem(entry, checksums=verify)
         if problem is None:
             return entry
-        if verify:
-            logger.warning("skipping checkpoint %s: %s", entry.name, problem)
+        if skipped is not None:
+            skipped.append(problem)
     return None
 
 

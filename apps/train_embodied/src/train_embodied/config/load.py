@@ -54,8 +54,12 @@ def _resolve_config(config: str) -> tuple[Path, str, list[str]]:
     """(search dir, config name, extra overrides) for a config name or a YAML path."""
     path = Path(config)
     if path.suffix in (".yaml", ".yml") or os.sep in config:
+        if path.is_dir():
+            raise ConfigError([f"config file {config!r} is a folder: give a .yaml file or a config name"])
         if not path.is_file():
             raise ConfigError([f"config file {config!r} does not exist"])
+        if path.suffix not in (".yaml", ".yml"):
+            raise ConfigError([f"config file {config!r} is not a .yaml/.yml file"])
         # A user file can use the app's groups (env/, model/, algorithm/, common/): add them to the search path.
         return path.resolve().parent, path.stem, [f"hydra.searchpath=[file://{config_dir()}]"]
     if config not in list_configs():
@@ -118,7 +122,14 @@ def assign_log_dir(cfg: DictConfig, *, now: datetime.datetime | None = None) -> 
     so that rerunning the command that crashed continues that run in its own folder."""
     from train_embodied.checkpointing import AUTO, find_run_to_resume
 
-    logger = cfg.runner.logger
+    logger = OmegaConf.select(cfg, "runner.logger")
+    if not isinstance(logger, DictConfig) or "log_path" not in logger or "experiment_name" not in logger:
+        raise ConfigError(
+            [
+                "the config has no runner.logger section (log_path, experiment_name): a config file starts from a "
+                "shipped config, e.g. `defaults: [metaworld_ppo_tiny_cpu, _self_]` (vla-train --list names them)"
+            ]
+        )
     if logger.get("log_dir"):
         return str(logger.log_dir)
     previous = None

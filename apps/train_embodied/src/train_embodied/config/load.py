@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from train_embodied.config.build import ConfigError
+from train_embodied.config.defaults import register_base_configs
 
 #: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping):
 #: `cluster.component_placement={env: 0-3, rollout: 4-7, actor: 0-7}` drops the config's placement first.
@@ -40,7 +41,7 @@ def config_dir() -> Path:
     """The app's configs folder (inside the wheel, or `apps/train_embodied/configs` in a source checkout)."""
     here = Path(__file__).resolve().parent.parent
     for candidate in (here / "configs", here.parents[1] / "configs"):
-        if (candidate / "common").is_dir():
+        if (candidate / "env").is_dir():
             return candidate
     raise FileNotFoundError(f"train_embodied configs folder not found next to {here}")
 
@@ -103,6 +104,7 @@ def _explain_yaml_error(exc: yaml.YAMLError) -> str:
 def compose_config(config: str, overrides: list[str] | None = None) -> DictConfig:
     """Compose `config` with `overrides` (Hydra grammar). Raises ConfigError with one line per problem."""
     search_dir, name, extra = _resolve_config(config)
+    register_base_configs()
     try:
         with initialize_config_dir(config_dir=str(search_dir), version_base="1.3"):
             cfg = compose(config_name=name, overrides=[*extra, *_rewrite_overrides(list(overrides or []))])

@@ -114,7 +114,11 @@ class ClusterSection:
     num_gpus_per_node: int = 0
     backend: str = "local"
     ray_address: str | None = None
-    component_placement: dict[str, Any] = field(default_factory=lambda: {"env,rollout,actor": "all"})
+    component_placement: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.component_placement:  # empty: every component on every slot
+            self.component_placement = {"env,rollout,actor": "all"}
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.num_nodes", self.num_nodes, 1)
@@ -223,6 +227,12 @@ class RolloutSection:
         if self.temperature <= 0:
             errors.append(f"{prefix}.temperature={self.temperature!r} is invalid: must be > 0")
         errors += at_least(f"{prefix}.pipeline_stage_num", self.pipeline_stage_num, 1)
+        if not self.do_sample:  # a reference-config key: PPO/GRPO learn from sampled actions
+            errors.append(
+                f"{prefix}.do_sample={self.do_sample!r} is not supported: training rollouts sample (the PPO/GRPO "
+                f"ratio needs the sampling distribution); greedy decoding is for evaluation ({prefix}.eval_do_sample, "
+                "runner.eval_greedy)"
+            )
         return errors
 
 
@@ -338,7 +348,7 @@ class SFTSection:
     """`sft`: supervised warm start on scripted-expert demonstrations (`vla-sft`)."""
 
     num_demos: int = 20
-    demo_seed: int = 50000
+    demo_seed: int = 0
     steps: int = 200
     batch_size: int = 64
     lr: float = 3e-4

@@ -21,16 +21,19 @@ from omegaconf.errors import OmegaConfBaseException
 from train_embodied.config.build import ConfigError
 from train_embodied.config.defaults import register_base_configs
 
-#: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping):
-#: `cluster.component_placement={env: 0-3, rollout: 4-7, actor: 0-7}` drops the config's placement first.
+#: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping, and refuse
+#: new keys in it): `cluster.component_placement={env: 0-3, rollout: 4-7, actor: 0-7}` drops the config's
+#: placement first; `env.train.extra={...}`, `actor.model.extra={...}`, `actor.fsdp_config.mixed_precision={...}`.
 REPLACE_WHOLE = ("cluster.component_placement",)
+REPLACE_WHOLE_NAMES = ("component_placement", "extra", "mixed_precision")
 
 
 def _rewrite_overrides(overrides: list[str]) -> list[str]:
     out = []
     for item in overrides:
         key = item.split("=", 1)[0]
-        if key in REPLACE_WHOLE and "=" in item:
+        whole = key in REPLACE_WHOLE or key.rsplit(".", 1)[-1] in REPLACE_WHOLE_NAMES
+        if whole and not key.startswith(("+", "~")) and "=" in item:
             out += [f"~{key}", f"+{item}"]
         else:
             out.append(item)

@@ -29,15 +29,15 @@ EPISODE = 5  # steps per episode (max_episode_steps)
 
 
 def _consume(plan: str, event: str) -> bool:
-    """True (and one count used) if the fault plan holds a pending `event`."""
-    path = Path(plan) / event
-    if not path.exists():
-        return False
-    left = int(path.read_text() or 0)
-    if left <= 0:
-        return False
-    path.write_text(str(left - 1))
-    return True
+    """True (and one token used up) if the fault plan holds a pending `event`; unlinking a token is atomic, so
+    workers stepping in parallel never both take the same one."""
+    for token in sorted(Path(plan).glob(f"{event}.*")):
+        try:
+            token.unlink()
+            return True
+        except FileNotFoundError:
+            continue
+    return False
 
 
 def _fault(plan: str, event: str) -> None:
@@ -115,7 +115,8 @@ def make(
 
 def plan(tmp_path: Path, **events: int) -> None:
     for event, count in events.items():
-        (tmp_path / event).write_text(str(count))
+        for k in range(count):
+            (tmp_path / f"{event}.{k}").touch()
 
 
 @pytest.fixture(autouse=True)
@@ -167,6 +168,19 @@ def test_worker_dying_in_reset_and_in_the_restarts_reset(tmp_path: Path) -> None
         assert env.worker_restarts == 2 and env.lost_episodes == 0  # nothing was in flight
     finally:
         env.close()
+
+
+def test_worker_dying_while_the_env_starts_is_started_again(tmp_path: Path) -> None:
+    plan(tmp_path, die_build=1)  # one of the two workers dies while building its simulators
+    env = make(tmp_path)
+    try:
+        assert env.worker_restarts == 1
+        assert env.reset(reset_state_ids=[0, 1, 2, 3])["states"][:, 0].tolist() == [0, 1, 2, 3]
+    finally:
+        env.close()
+    plan(tmp_path, die_build=10)
+    with pytest.raises(SimulatorUnavailable, match=r"env rows \[0, 1\] failed to start 3 times in a row"):
+        make(tmp_path)
 
 
 def test_hung_worker_is_replaced_after_worker_timeout(tmp_path: Path) -> None:

@@ -94,16 +94,12 @@ class VectorEnv(BatchedEnv):
                     worker = ProcessWorker(wid, cfg, spec, rows)
                     worker.start()
                     self.workers.append(worker)
-            for worker in self.workers:  # built in parallel; wait for every "ready"
+            for worker in list(self.workers):  # built in parallel; wait for every "ready"
                 if isinstance(worker, ProcessWorker):
                     try:
                         worker.recv(cfg.worker_start_timeout_s)
-                    except WorkerDied as exc:
-                        raise WorkerDied(
-                            f"env worker {worker.worker_id} failed to start ({exc}); with start_method="
-                            f"{cfg.start_method!r} the main script must be import-safe (guard it with "
-                            "`if __name__ == '__main__':`), see the worker's stderr for details"
-                        ) from exc
+                    except WorkerDied as exc:  # killed or crashed while building: start it again
+                        self._start_again(worker.worker_id, str(exc))
         except BaseException:
             self.close()
             raise
@@ -341,6 +337,31 @@ class VectorEnv(BatchedEnv):
         raise SimulatorUnavailable(
             f"{self._describe(wid)} failed {MAX_CONSECUTIVE_FAILURES} times in a row (died, hung or could not "
             f"start); last error: {last[-1].strip() if last else reason}"
+        )
+
+    def _start_again(self, wid: int, reason: str) -> None:
+        """Worker `wid` died before its first "ready": start it again (bounded, with backoff, as `_revive`)."""
+        t0 = time.monotonic()
+        try:
+            for attempt in range(1, MAX_CONSECUTIVE_FAILURES):
+                time.sleep(min(RESTART_BACKOFF_S * 2 ** (attempt - 1), MAX_BACKOFF_S))
+                try:
+                    self._restart(wid, reason)
+                    return
+                except WorkerDied as exc:
+                    reason = str(exc)
+        finally:
+            self.restart_time_s += time.monotonic() - t0
+        hint = (
+            ""
+            if self.cfg.start_method == "fork"
+            else f"; with start_method={self.cfg.start_method!r} the main script must be import-safe (guard it "
+            "with `if __name__ == '__main__':`), see the worker's stderr"
+        )
+        last = [line for line in reason.strip().splitlines() if line.strip()]
+        raise SimulatorUnavailable(
+            f"{self._describe(wid)} failed to start {MAX_CONSECUTIVE_FAILURES} times in a row; last error: "
+            f"{last[-1].strip() if last else reason}{hint}"
         )
 
     def _restart(self, wid: int, reason: str) -> None:

@@ -33,7 +33,10 @@ from vla_envs.workers import LocalWorker, ProcessWorker, SimulatorUnavailable, W
 logger = logging.getLogger(__name__)
 
 #: Failed (re)starts of one worker in a row (it died, hung, or its simulators failed to build) that end the run.
-MAX_CONSECUTIVE_FAILURES = 3
+#: With the backoff below the attempts span about 8 s plus the start-ups, so a worker killed again and again
+#: while it starts (an operator or an OOM killer every few seconds) is given time; a simulator that cannot
+#: start at all ends the run within seconds.
+MAX_CONSECUTIVE_FAILURES = 5
 #: Seconds before the k-th retry of a failed restart: RESTART_BACKOFF_S * 2**(k-1), at most MAX_BACKOFF_S.
 RESTART_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
@@ -352,11 +355,14 @@ class VectorEnv(BatchedEnv):
                     reason = str(exc)
         finally:
             self.restart_time_s += time.monotonic() - t0
+        worker = self.workers[wid]
+        worker.kill()
+        exited_with_error = worker.exitcode is not None and worker.exitcode > 0  # not a signal, not a hang
         hint = (
-            ""
-            if self.cfg.start_method == "fork"
-            else f"; with start_method={self.cfg.start_method!r} the main script must be import-safe (guard it "
+            f"; with start_method={self.cfg.start_method!r} the main script must be import-safe (guard it "
             "with `if __name__ == '__main__':`), see the worker's stderr"
+            if exited_with_error and self.cfg.start_method != "fork"
+            else ""
         )
         last = [line for line in reason.strip().splitlines() if line.strip()]
         raise SimulatorUnavailable(

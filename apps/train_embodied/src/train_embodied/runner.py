@@ -155,9 +155,8 @@ def run(tc: TrainConfig) -> dict[str, Any]:
     if resume_from is not None and resume_from.parent.parent.resolve() == log_dir.resolve():
         drop_metrics_after(log_dir, int(resume_from.name.removeprefix("global_step_")))  # logged again below
     elif resume_from is None and tc.runner.resume_dir and not tc.runner.only_eval:
-        drop_metrics_after(
-            log_dir, -1
-        )  # `auto` restarting a run that saved nothing: it logs everything again
+        # `auto` restarting a run that saved nothing: it logs everything again
+        drop_metrics_after(log_dir, -1)
     logger = make_logger(tc, log_dir)
     algo, runner = tc.algorithm, tc.runner
     is_grpo = algo.adv_type == "grpo"

@@ -71,22 +71,36 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, their children, ...)."""
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
 def simulator_pids(trainer: int) -> list[int]:
-    """Simulator worker processes of a trainer: the children of its multiprocessing forkserver."""
+    """Simulator worker processes of a trainer: the children of the multiprocessing forkservers below it (in
+    the trainer itself on the local backend, in the env actors on the Ray backend)."""
     pids = []
-    for child in children(trainer):
+    for proc in descendants(trainer):
         try:
-            cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+            cmdline = Path(f"/proc/{proc}/cmdline").read_bytes()
         except OSError:
             continue
         if b"forkserver" in cmdline:
-            pids += children(child)
+            pids += children(proc)
     return pids
+
+
+BACKEND = ["cluster.backend=local"]
 
 
 def command(iterations: int, log_path: Path) -> list[str]:
     return [
-        sys.executable, "-m", "train_embodied.cli", CONFIG, *SMALL, f"runner.max_epochs={iterations}",
+        sys.executable, "-m", "train_embodied.cli", CONFIG, *SMALL, *BACKEND, f"runner.max_epochs={iterations}",
         "runner.resume_dir=auto", f"runner.logger.log_path={log_path}",
     ]  # fmt: skip
 
@@ -235,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         "much faster kills than that leave a simulator no time to start, and the run ends by design)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backend", choices=("local", "ray"), default="local", help="cluster.backend")
     parser.add_argument(
         "--fast",
         action="store_true",
@@ -244,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fast:
         args.iterations, args.kills, args.interval = 2, 3, 1.0
+    BACKEND[:] = [f"cluster.backend={args.backend}"]
     rng = random.Random(args.seed)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="vla-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -258,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         env_steps_ref = max(r.get("env/env_steps", 0.0) for r in ref.values())
         env_steps_chaos = max((r.get("env/env_steps", 0.0) for r in chaos_metrics.values()), default=0.0)
         survived = chaos["delivered"] if chaos["exit_code"] == 0 else 0
-        print(f"config {CONFIG}, {args.iterations} iterations, local backend, seed {args.seed}")
+        print(f"config {CONFIG}, {args.iterations} iterations, {args.backend} backend, seed {args.seed}")
         print(
             f"simulator kills: {chaos['delivered']} delivered, {survived} survived; trainer SIGKILL: "
             f"{'yes' if chaos['trainer_killed'] else 'no (the run ended first)'}, resumed at iteration "

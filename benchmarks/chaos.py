@@ -1,7 +1,7 @@
 """Chaos campaign: a PPO run of `metaworld_ppo_tiny_cpu` survives simulator kills and a trainer SIGKILL.
 
     python benchmarks/chaos.py --iterations 40 --kills 20       # the recorded figure
-    python benchmarks/chaos.py --fast                           # 3 iterations, 3 kills, no run 2 (a test)
+    python benchmarks/chaos.py --fast                           # 4 iterations, 3 kills, no run 2 (a test)
 
 Three runs of the same command (`vla-train metaworld_ppo_tiny_cpu`, local backend, small CPU settings, a
 checkpoint every iteration, seed 0):
@@ -284,12 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fast",
         action="store_true",
-        help="3 iterations, 3 kills, no resume-only run (tests/test_e2e_train_local.py has it)",
+        help="4 iterations, 3 kills, no resume-only run (tests/test_e2e_train_local.py has it)",
     )
     parser.add_argument("--keep", help="keep the runs in this folder (default: a temporary one, removed)")
     args = parser.parse_args(argv)
     if args.fast:
-        args.iterations, args.kills, args.interval = 3, 3, 1.0
+        args.iterations, args.kills, args.interval = 4, 3, 1.0
     BACKEND[:] = [f"cluster.backend={args.backend}"]
     rng = random.Random(args.seed)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="vla-chaos-"))

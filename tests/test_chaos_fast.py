@@ -24,5 +24,3 @@ def test_chaos_fast_survives_every_kill(tmp_path: Path) -> None:
     assert proc.returncode == 0, out + proc.stderr[-3000:]
     assert "simulator kills: 3 delivered, 3 survived; trainer SIGKILL: yes" in out, out
     assert "run exit code 0" in out and "other transitions lost: 0" in out, out
-    restarts = int(out.split("simulator restarts: ")[1].split(";")[0])
-    assert restarts >= 1, out

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +35,9 @@ REFERENCE_METRICS = [
     "rollout/advantages_min",
     "rollout/rewards",
     "env/num_trajectories",
+    "env/worker_restarts",
+    "env/lost_episodes",
+    "env/restart_time_s",
     "time/step",
     "time/generate_rollouts",
     "time/actor_update",
@@ -102,6 +111,51 @@ def test_resume_matches_an_uninterrupted_run(ppo_run: Path, tmp_path: Path) -> N
     for key in ("train/loss", "train/actor/policy_loss", "train/critic/value_loss", "rollout/rewards"):
         assert row_full[key] == row_again[key], key
     assert json.loads((resumed / "summary.json").read_text())["env_steps"] == 32
+
+
+def _comparable(rows: list[dict[str, float]]) -> dict[int, dict[str, float]]:
+    """step -> every metric logged at that step, wall-clock timings left out."""
+    out: dict[int, dict[str, float]] = {}
+    for row in rows:
+        kept = {k: v for k, v in row.items() if not k.startswith("time/") and k != "env/restart_time_s"}
+        out.setdefault(int(row["step"]), {}).update(kept)
+    return out
+
+
+def test_sigkill_then_auto_resume_reproduces_the_uninterrupted_run(ppo_run: Path, tmp_path: Path) -> None:
+    """The trainer SIGKILLed at a random moment after its first checkpoint; the same command with
+    runner.resume_dir=auto continues in the same run folder and logs exactly the uninterrupted run's metrics."""
+    command = [
+        sys.executable, "-m", "train_embodied.cli", "metaworld_ppo_tiny_cpu", *PPO_TINY,
+        "runner.max_epochs=2", "runner.save_interval=1", "runner.resume_dir=auto",
+        f"runner.logger.log_path={tmp_path}",
+    ]  # fmt: skip
+    runs = tmp_path / "metaworld_ppo_tiny_cpu"
+    first = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        deadline = time.time() + 300
+        while not list(runs.glob("*/checkpoints/global_step_1/COMPLETE")) and first.poll() is None:
+            assert time.time() < deadline, "no checkpoint within 300 s"
+            time.sleep(0.05)
+        # somewhere in the second iteration, its checkpoint or the final eval (about 1.3 s together)
+        time.sleep(random.Random(os.getpid()).uniform(0.0, 0.3))
+        first.send_signal(signal.SIGKILL)
+        first.wait(60)
+        assert first.returncode == -signal.SIGKILL, "the first run ended before the kill"
+    finally:
+        os.killpg(first.pid, signal.SIGKILL) if first.poll() is None else None
+    (run_dir,) = list(runs.iterdir())
+    assert not (run_dir / "summary.json").exists()
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert f"[resume] from {run_dir}/checkpoints/global_step_" in second.stdout
+    assert list(runs.iterdir()) == [run_dir]  # continued in the same folder
+    full = load_file(str(ppo_run / "checkpoints" / "global_step_2" / "model.safetensors"))
+    again = load_file(str(run_dir / "checkpoints" / "global_step_2" / "model.safetensors"))
+    assert all((full[k] == again[k]).all() for k in full)
+    assert _comparable(read_metrics(run_dir)) == _comparable(read_metrics(ppo_run))
 
 
 def test_grpo_iterations_with_groups(tmp_path: Path) -> None:

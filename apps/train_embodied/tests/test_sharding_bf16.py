@@ -101,7 +101,7 @@ def test_bf16_sharded_evaluate_keeps_the_temperature(tmp_path: Path) -> None:
         [sys.executable, str(script), str(tmp_path)], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
-    seen = torch.load(tmp_path / "seen.pt")
+    seen = torch.load(tmp_path / "seen.pt", weights_only=True)
     assert seen["fixed"].dtype == torch.float32
     assert torch.equal(seen["fixed"], torch.full((4,), 1.6))
     # with FSDP casting the root's inputs, the body would see a bf16 1.6015625: the test can tell

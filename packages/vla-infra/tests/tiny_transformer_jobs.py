@@ -254,7 +254,10 @@ def two_rank_results() -> dict[str, list[dict[str, Any]]]:
     (out / "sync").mkdir()
     try:
         spawn_local_group(two_rank_job, world_size=2, args=(str(out),))
-        return {name: [torch.load(out / name / f"rank{r}.pt") for r in range(2)] for name in ("fsdp", "sync")}
+        return {
+            name: [torch.load(out / name / f"rank{r}.pt", weights_only=True) for r in range(2)]
+            for name in ("fsdp", "sync")
+        }
     finally:
         shutil.rmtree(out, ignore_errors=True)
 

@@ -1,40 +1,116 @@
-"""Run checkpoints: `<log_dir>/checkpoints/global_step_<epoch>/`, written atomically by vla_infra.
+"""Run checkpoints: `<log_dir>/checkpoints/global_step_<epoch>/`, written atomically by vla_infra with a sha256
+of every file.
 
-`runner.resume_dir` may name one checkpoint folder, a `checkpoints/` folder or a run folder: the latest
-complete checkpoint inside is used.
+`runner.resume_dir` may name one checkpoint folder, a `checkpoints/` folder or a run folder: the newest complete
+and intact checkpoint inside is used (a damaged one is skipped with a warning naming the file). `auto` resumes
+the newest run folder of the same experiment (`runner.logger.log_path/experiment_name/*`, or
+`runner.logger.log_dir` when it is set) that holds a checkpoint, and starts a fresh run when there is none, so
+rerunning the same command after a crash continues it.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from vla_infra.checkpoint import checkpoint_dir, is_complete, latest_checkpoint
+from vla_infra.checkpoint import (
+    COMPLETE_MARKER,
+    MANIFEST,
+    checkpoint_dir,
+    checkpoint_problem,
+    latest_checkpoint,
+)
+
+AUTO = "auto"
 
 
-def find_latest_checkpoint(path: str | Path) -> Path:
-    """The checkpoint folder `path` names, or the latest complete `global_step_N` below it.
+class ResumeError(ValueError):
+    """`runner.resume_dir` names no usable checkpoint; the message is one line naming the key and the folder."""
+
+
+def _step(path: Path) -> int:
+    tail = path.name.removeprefix("global_step_")
+    return int(tail) if tail.isdigit() else -1
+
+
+def find_latest_checkpoint(path: str | Path, skipped: list[str] | None = None) -> Path:
+    """The checkpoint folder `path` names, or the newest intact `global_step_N` below it (or below `checkpoints/`);
+    newer damaged or incomplete ones passed over add a line to `skipped`.
 
     Raises:
-        FileNotFoundError: no complete checkpoint there.
+        ResumeError: `path` is missing, is not a run folder, or holds no complete and intact checkpoint.
     """
     root = Path(path)
-    if is_complete(root):
+    bad = f"runner.resume_dir={str(path)!r} is invalid:"
+    if not root.exists():
+        raise ResumeError(f"{bad} no such folder")
+    if not root.is_dir():
+        raise ResumeError(f"{bad} a file, not a run folder or a checkpoint folder")
+    if (root / COMPLETE_MARKER).exists() or (root / MANIFEST).exists() or _step(root) >= 0:  # one checkpoint
+        problem = checkpoint_problem(root)
+        if problem is not None:
+            raise ResumeError(f"{bad} {problem}")
         return root
-    for base in (root, root / "checkpoints"):
-        if base.is_dir():
-            found = latest_checkpoint(base)
-            if found is not None:
-                return Path(found)
-    raise FileNotFoundError(
-        f"runner.resume_dir={str(path)!r} holds no complete checkpoints/global_step_N folder"
+    base = root / "checkpoints" if (root / "checkpoints").is_dir() else root
+    found = latest_checkpoint(base, verify=True, skipped=skipped)
+    if found is not None:
+        return found
+    steps = [p for p in base.glob("global_step_*") if _step(p) >= 0]
+    if steps:
+        newest = max(steps, key=_step)
+        raise ResumeError(
+            f"{bad} none of its {len(steps)} checkpoint(s) is complete and intact (newest: {checkpoint_problem(newest)})"
+        )
+    raise ResumeError(
+        f"{bad} not a run folder (no checkpoints/global_step_N inside); give the runner.logger.log_dir of an "
+        f"earlier run, one of its checkpoint folders, or '{AUTO}'"
     )
+
+
+def find_run_to_resume(log_path: str | Path, experiment_name: str) -> Path | None:
+    """The newest run folder `log_path/experiment_name/<timestamp>` holding a complete checkpoint, or None."""
+    base = Path(log_path) / experiment_name
+    if not base.is_dir():
+        return None
+    runs = [p for p in base.iterdir() if p.is_dir() and latest_checkpoint(p / "checkpoints") is not None]
+    return max(runs, key=lambda p: p.stat().st_mtime, default=None)
+
+
+def resume_checkpoint(resume_dir: str | None, log_dir: str | Path) -> Path | None:
+    """The checkpoint a run starts from: None for a fresh start (no `resume_dir`, or `auto` with nothing saved).
+    Prints one line per newer checkpoint passed over (interrupted save, damaged file)."""
+    if not resume_dir:
+        return None
+    skipped: list[str] = []
+    if resume_dir == AUTO:
+        found = latest_checkpoint(Path(log_dir) / "checkpoints", verify=True, skipped=skipped)
+    else:
+        found = find_latest_checkpoint(resume_dir, skipped)
+    for line in skipped:
+        print(f"[resume] skipped: {line}")
+    return found
+
+
+def drop_metrics_after(log_dir: str | Path, step: int) -> None:
+    """Remove `metrics.jsonl` rows logged after `step`: a run resumed in its own folder logs them again."""
+    path = Path(log_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if int(json.loads(line)["step"]) <= step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):  # a line cut short by the crash
+            continue
+    path.write_text("".join(f"{line}\n" for line in kept))
 
 
 def save_run_checkpoint(log_dir: Path, actor: Any, state: dict[str, Any]) -> Path:
     """Save the actor (model, optimizer) and the trainer `state` after `state['epoch']` iterations."""
     path = checkpoint_dir(Path(log_dir) / "checkpoints", int(state["epoch"]))
-    if is_complete(path):  # already saved at this epoch (save_interval hit the last epoch)
+    if checkpoint_problem(path) is None:  # already saved at this epoch (save_interval hit the last epoch)
         return path
     return Path(actor.save_checkpoint(str(path), state))
 

@@ -74,6 +74,21 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
     return tc
 
 
+def _run(prog: str, tc) -> int:
+    """Run the trainer; a run-ending fault the user must act on (a simulator that cannot start, an update that
+    keeps diverging) is one line on stderr and exit status 1."""
+    from train_embodied.numerics import TrainingDiverged
+    from train_embodied.runner import run
+    from vla_envs import SimulatorUnavailable
+
+    try:
+        run(tc)
+    except (SimulatorUnavailable, TrainingDiverged) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def train_main(argv: Sequence[str] | None = None) -> int:
     """`vla-train CONFIG [overrides]`: RL training (or evaluation with runner.only_eval=true)."""
     parsed = _parse(list(sys.argv[1:] if argv is None else argv), "vla-train")
@@ -83,10 +98,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     tc = _load("vla-train", config, overrides, flags, check_paths=True)
     if tc is None:
         return 0
-    from train_embodied.runner import run
-
-    run(tc)
-    return 0
+    return _run("vla-train", tc)
 
 
 def eval_main(argv: Sequence[str] | None = None) -> int:
@@ -98,10 +110,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     tc = _load("vla-eval", config, [*overrides, "runner.only_eval=true"], flags, check_paths=True)
     if tc is None:
         return 0
-    from train_embodied.runner import run
-
-    run(tc)
-    return 0
+    return _run("vla-eval", tc)
 
 
 def sft_main(argv: Sequence[str] | None = None) -> int:

@@ -22,10 +22,16 @@ from tqdm.auto import tqdm
 
 from train_embodied import seeds
 from train_embodied.advantages import compute_advantages
-from train_embodied.checkpointing import find_latest_checkpoint, load_run_checkpoint, save_run_checkpoint
+from train_embodied.checkpointing import (
+    drop_metrics_after,
+    load_run_checkpoint,
+    resume_checkpoint,
+    save_run_checkpoint,
+)
 from train_embodied.config.build import TrainConfig
 from train_embodied.evaluation import evaluate, held_out_reset_ids
 from train_embodied.metrics import make_logger
+from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates, nonfinite_inputs
 from train_embodied.rollout import RolloutBatch, collect_rollout
 from train_embodied.run_workers import RunWorkers
 from train_embodied.seeds import stream_seed
@@ -77,6 +83,17 @@ def env_metrics(batch: RolloutBatch) -> dict[str, float]:
         "env/reward": float((ep["return"] / np.maximum(ep["episode_len"], 1)).mean()),
         "env/num_trajectories": float(n),
     }
+
+
+def env_fault_metrics(w: RunWorkers) -> dict[str, float]:
+    """`env/worker_restarts`, `env/lost_episodes` (episodes in flight on a crashed simulator, ended as truncated)
+    and `env/restart_time_s`, summed over every env worker of the run (training stages and evaluation) so far."""
+    totals = {"worker_restarts": 0.0, "lost_episodes": 0.0, "restart_time_s": 0.0}
+    for group in [*w.env_train, w.env_eval]:
+        for stats in group.fault_stats():
+            for key in totals:
+                totals[key] += float(stats.get(key, 0.0))
+    return {f"env/{key}": value for key, value in totals.items()}
 
 
 def group_reset_ids(tc: TrainConfig, num_reset_states: int, epoch: int) -> np.ndarray:
@@ -133,6 +150,12 @@ def run(tc: TrainConfig) -> dict[str, Any]:
     (log_dir / "config.json").write_text(json.dumps(tc.raw, indent=2, default=str))
     set_torch_threads(tc.runner.torch_num_threads)
     seed_everything(tc.runner.seed)
+    resume_from = None if tc.runner.only_eval else resume_checkpoint(tc.runner.resume_dir, log_dir)
+    if resume_from is not None and resume_from.parent.parent.resolve() == log_dir.resolve():
+        drop_metrics_after(log_dir, int(resume_from.name.removeprefix("global_step_")))  # logged again below
+    elif resume_from is None and tc.runner.resume_dir and not tc.runner.only_eval:
+        # `auto` restarting a run that saved nothing: it logs everything again
+        drop_metrics_after(log_dir, -1)
     logger = make_logger(tc, log_dir)
     algo, runner = tc.algorithm, tc.runner
     estimator, loss = get_advantage_estimator(algo.adv_type), get_policy_loss(algo.loss_type)
@@ -155,10 +178,14 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             return _finish(summary, logger, log_dir, wall0, tc, state)
 
         assert w.actor is not None
-        if runner.resume_dir:
-            state = load_run_checkpoint(find_latest_checkpoint(runner.resume_dir), w.actor)
-            print(f"[resume] from {runner.resume_dir} at epoch {state['epoch']}")
-        elif runner.eval_before_train:
+        if resume_from is not None:
+            state = load_run_checkpoint(resume_from, w.actor)
+            print(f"[resume] from {resume_from} at epoch {state['epoch']}")
+        elif runner.resume_dir:  # `auto` with nothing saved yet
+            print(
+                f"[resume] runner.resume_dir={runner.resume_dir}: no checkpoint in {log_dir}, starting fresh"
+            )
+        if resume_from is None and runner.eval_before_train:
             w.rollout.load_weights(w.actor.state_dict(), state["version"])
             before = run_eval(tc, w, "before RL")
             logger.log(before, step=0)
@@ -169,6 +196,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         if estimator.grouped_starts:  # one episode per env
             num_decisions = min(num_decisions, tc.env_train.max_episode_steps)
         stages = len(w.env_train)
+        skips = SkippedUpdates(runner.max_consecutive_skipped_updates)
         epochs = tqdm(
             range(state["epoch"], runner.max_epochs),
             desc=f"RL ({algo.adv_type})",
@@ -222,12 +250,21 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             t0 = time.time()
             samples = flatten_for_update(batch, adv)
             train_policy = epoch >= algo.critic_warmup_epochs  # warm-up: value loss only
-            train_metrics = w.actor.update(
-                samples, stream_seed(runner.seed, seeds.UPDATE_SHUFFLE, epoch), train_policy=train_policy
-            )
+            bad_inputs = nonfinite_inputs(samples)
+            if bad_inputs:  # NaN/inf advantages or returns would reach the weights: skip this update
+                train_metrics = {SKIPPED_MINIBATCHES: 1.0}
+                why = "NaN/inf in " + ", ".join(bad_inputs)
+            else:
+                train_metrics = w.actor.update(
+                    samples, stream_seed(runner.seed, seeds.UPDATE_SHUFFLE, epoch), train_policy=train_policy
+                )
+                why = "NaN/inf loss or gradients in every minibatch"
+            skipped = train_metrics.get(SKIPPED_MINIBATCHES, 0.0) >= 1.0
+            train_metrics[SKIPPED_UPDATE] = float(skipped)
+            skips.record(epoch + 1, skipped, why)
             state["global_step"] = int(w.actor.global_steps())
             timings["time/actor_update"] = time.time() - t0
-            if "returns" in samples:
+            if "returns" in samples and not bad_inputs:
                 m = samples["mask"]
                 train_metrics["train/critic/explained_variance"] = float(
                     explained_variance(samples["old_values"][m], samples["returns"][m])
@@ -235,7 +272,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
 
             # ---- 4. log
             timings["time/step"] = time.time() - t_epoch
-            metrics = {**train_metrics, **adv.stats, **env_metrics(batch), **timings}
+            metrics = {**train_metrics, **adv.stats, **env_metrics(batch), **env_fault_metrics(w), **timings}
             metrics["env/env_steps"] = float(state["env_steps"])
             logger.log(metrics, step=epoch + 1)
             state["history"].append(

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from train_embodied.config.sections import AlgorithmSection, OptimSection
+from train_embodied.numerics import finite_optimizer_step
 from train_embodied.sharding import all_reduce_sums, clip_grad_norm, num_micro_batches, rank_share
 from vla_algos import (
     advantages_per_ratio,
@@ -140,7 +141,7 @@ def ppo_update(
             acc = all_reduce_sums(acc)
             params = [p for g in optimizer.param_groups for p in g["params"]]
             grad_norm = clip_grad_norm(params, s.clip_grad if s.clip_grad > 0 else float("inf"))
-            optimizer.step()
+            finite_optimizer_step(optimizer, grad_norm, acc)  # NaN/inf: no step, counted
             steps += 1
             acc["train/actor/grad_norm"] = float(grad_norm)
             if count == 0:  # before any step on this rollout the ratio must be exactly 1 (rollout == actor)

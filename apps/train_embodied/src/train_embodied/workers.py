@@ -73,6 +73,11 @@ class EnvWorker(Worker):
             "episode_metrics": res.episode_metrics,
         }
 
+    @register("one_to_all", collect="list")
+    def fault_stats(self) -> dict[str, float]:
+        """This rank's simulator restarts, episodes lost to crashes and restart seconds so far."""
+        return self.env.fault_stats()
+
     @register("one_to_all", collect="none")
     def close(self) -> None:
         """Stop the simulators."""

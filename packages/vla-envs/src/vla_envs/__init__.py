@@ -18,6 +18,7 @@ from vla_envs.base import (
 from vla_envs.config import EnvConfig, VideoConfig
 from vla_envs.gl import configure_mujoco_gl
 from vla_envs.registry import list_env_types, list_tasks, make_env, register_env_type
+from vla_envs.workers import SimulatorUnavailable
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "OBS_KEYS",
     "BatchedEnv",
     "EnvConfig",
+    "SimulatorUnavailable",
     "StepResult",
     "VideoConfig",
     "__version__",

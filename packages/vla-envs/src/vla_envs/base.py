@@ -137,6 +137,11 @@ class BatchedEnv(abc.ABC):
             )
         return self.chunk_step(actions[:, None, :])
 
+    def fault_stats(self) -> dict[str, float]:
+        """`worker_restarts`, `lost_episodes` (episodes in flight on a crashed worker, ended as truncated) and
+        `restart_time_s` so far; zeros for envs without restartable workers."""
+        return {"worker_restarts": float(self.worker_restarts), "lost_episodes": 0.0, "restart_time_s": 0.0}
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release simulators and worker processes (idempotent)."""
@@ -170,11 +175,15 @@ def check_actions(
     if arr.ndim != 3 or arr.shape[0] != num_envs or arr.shape[2] != action_dim or arr.shape[1] < 1:
         raise ValueError(
             f"actions must have shape [num_envs={num_envs}, chunk>=1, action_dim={action_dim}], "
-            f"got {tuple(np.shape(actions))}"
+            f"got {tuple(np.shape(actions))}; the simulators were not stepped"
         )
     if not np.all(np.isfinite(arr)):
+        rows = np.flatnonzero(~np.isfinite(arr).all(axis=(1, 2))).tolist()
         bad = np.argwhere(~np.isfinite(arr))[0].tolist()
-        raise ValueError(f"actions contain NaN/inf (first at index {bad})")
+        raise ValueError(
+            f"actions contain NaN/inf in env rows {rows} of {num_envs} (first at index {bad}); "
+            "the simulators were not stepped"
+        )
     lo = np.asarray(low, dtype=np.float32)
     hi = np.asarray(high, dtype=np.float32)
     if out_of_range == "error":

@@ -3,7 +3,11 @@
 Rows are split into consecutive slices of `envs_per_worker`; every call sends each worker its slice, so the
 workers step in parallel. A worker that dies or hangs is detected (EOF, dead pipe or `worker_timeout_s`),
 restarted and its envs reset; its rows come back as a clean episode boundary (`truncated[:, 0] = True`,
-`final_mask = True`, final obs = the last obs seen before the crash) and `worker_restarts` counts restarts.
+`final_mask = True`, final obs = the last obs seen before the crash). A worker that dies at any moment (in a
+step, in a reset, or while its replacement is still building its simulators) is replaced again, with a
+backoff between attempts; `MAX_CONSECUTIVE_FAILURES` failures in a row for the same worker raise
+`SimulatorUnavailable` naming the simulator, the rows and the last error. `fault_stats()` counts restarts,
+episodes lost (the episodes in flight on a crashed worker, each ended as truncated) and seconds spent restarting.
 With auto_reset=False the restarted rows start again from their last `reset()` ids, and rows whose episode had
 already ended stay ended and are not reported again.
 A Python exception inside a worker (`WorkerError`, not restarted) is raised after every other worker's reply
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,11 +28,18 @@ from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, empty_epis
 from vla_envs.config import EnvConfig
 from vla_envs.sim import SimSpec
 from vla_envs.video import EpisodeVideoRecorder
-from vla_envs.workers import LocalWorker, ProcessWorker, WorkerDied, WorkerError
+from vla_envs.workers import LocalWorker, ProcessWorker, SimulatorUnavailable, WorkerDied, WorkerError
 
 logger = logging.getLogger(__name__)
 
-MAX_RESTARTS_PER_CALL = 3
+#: Failed (re)starts of one worker in a row (it died, hung, or its simulators failed to build) that end the run.
+#: With the backoff below the attempts span about 8 s plus the start-ups, so a worker killed again and again
+#: while it starts (an operator or an OOM killer every few seconds) is given time; a simulator that cannot
+#: start at all ends the run within seconds.
+MAX_CONSECUTIVE_FAILURES = 5
+#: Seconds before the k-th retry of a failed restart: RESTART_BACKOFF_S * 2**(k-1), at most MAX_BACKOFF_S.
+RESTART_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 8.0
 
 
 def concat_obs(parts: Sequence[Obs]) -> Obs:
@@ -60,6 +72,8 @@ class VectorEnv(BatchedEnv):
         self.num_tasks = len(self.tasks)
         self.num_reset_states = self.num_tasks * cfg.num_trials_per_task
         self.worker_restarts = 0
+        self.lost_episodes = 0  # episodes in flight on a worker that crashed (ended as truncated)
+        self.restart_time_s = 0.0
         self._rng = np.random.default_rng(cfg.seed)
         self._row_task = np.arange(self.num_envs) % self.num_tasks  # task index each row currently runs
         self._held = np.zeros(self.num_envs, dtype=bool)
@@ -83,16 +97,12 @@ class VectorEnv(BatchedEnv):
                     worker = ProcessWorker(wid, cfg, spec, rows)
                     worker.start()
                     self.workers.append(worker)
-            for worker in self.workers:  # built in parallel; wait for every "ready"
+            for worker in list(self.workers):  # built in parallel; wait for every "ready"
                 if isinstance(worker, ProcessWorker):
                     try:
                         worker.recv(cfg.worker_start_timeout_s)
-                    except WorkerDied as exc:
-                        raise WorkerDied(
-                            f"env worker {worker.worker_id} failed to start ({exc}); with start_method="
-                            f"{cfg.start_method!r} the main script must be import-safe (guard it with "
-                            "`if __name__ == '__main__':`), see the worker's stderr for details"
-                        ) from exc
+                    except WorkerDied as exc:  # killed or crashed while building: start it again
+                        self._start_again(worker.worker_id, str(exc))
         except BaseException:
             self.close()
             raise
@@ -147,7 +157,12 @@ class VectorEnv(BatchedEnv):
         self._reset_ids = ids.copy()
         parts = []
         for wid, rows in enumerate(self._slices):
-            parts.append(self._reset_worker(wid, [int(i) for i in ids[rows]]))
+            worker_ids = [int(i) for i in ids[rows]]
+            try:
+                self.workers[wid].send("reset", worker_ids)
+                parts.append(self.workers[wid].recv(self.cfg.worker_timeout_s))
+            except WorkerDied as exc:  # episodes in flight are discarded by a reset anyway: none is lost
+                parts.append(self._revive(wid, worker_ids, None, str(exc)))
         obs = concat_obs(parts)
         self._last_obs = obs
         self._held[:] = False
@@ -197,6 +212,14 @@ class VectorEnv(BatchedEnv):
         for wid, reason in dead:
             parts[wid] = self._crash_boundary(wid, reason, c)
         return self._assemble([p for p in parts if p is not None], c)
+
+    def fault_stats(self) -> dict[str, float]:
+        """Worker restarts, episodes lost to crashes (ended as truncated) and seconds spent restarting, so far."""
+        return {
+            "worker_restarts": float(self.worker_restarts),
+            "lost_episodes": float(self.lost_episodes),
+            "restart_time_s": float(self.restart_time_s),
+        }
 
     def close(self) -> None:
         """Write pending videos and stop every worker (idempotent)."""
@@ -253,7 +276,7 @@ class VectorEnv(BatchedEnv):
             final_obs=final_obs,
             final_mask=ended,
             episode_metrics=metrics,
-            infos={"success": success, "worker_restarts": self.worker_restarts},
+            infos={"success": success, **self.fault_stats()},
         )
 
     def _record(
@@ -289,31 +312,80 @@ class VectorEnv(BatchedEnv):
             if ended[r]:
                 self.video.finish(r, obs["images"][r] if self.cfg.auto_reset else None)
 
-    def _reset_worker(self, wid: int, ids: list[int], held_obs: dict[int, Any] | None = None) -> Obs:
-        for attempt in range(MAX_RESTARTS_PER_CALL + 1):
-            try:
-                self.workers[wid].send(*(("reset_hold", (ids, held_obs)) if held_obs else ("reset", ids)))
-                return self.workers[wid].recv(self.cfg.worker_timeout_s)
-            except WorkerDied as exc:
-                if attempt == MAX_RESTARTS_PER_CALL:
-                    raise RuntimeError(
-                        f"env worker {wid} died {attempt + 1} times in a row during reset"
-                    ) from exc
-                self._restart(wid, str(exc))
-        raise AssertionError("unreachable")
+    def _describe(self, wid: int) -> str:
+        tasks = sorted({self.tasks[int(t)] for t in self._row_task[self._slices[wid]]})
+        return f"simulator {self.cfg.env_type!r} (tasks {', '.join(tasks)}) of env rows {self._slices[wid]}"
+
+    def _revive(self, wid: int, ids: list[int], held_obs: dict[int, Any] | None, reason: str) -> Obs:
+        """Replace worker `wid` and reset its rows to `ids`; returns its obs.
+
+        Any failure on the way (the new process dies or hangs while it builds its simulators or resets, or the
+        build raises) is retried after a backoff; `MAX_CONSECUTIVE_FAILURES` failures in a row raise
+        `SimulatorUnavailable` naming the simulator, the rows and the last error.
+        """
+        t0 = time.monotonic()
+        try:
+            for attempt in range(MAX_CONSECUTIVE_FAILURES):
+                if attempt > 0:
+                    time.sleep(min(RESTART_BACKOFF_S * 2 ** (attempt - 1), MAX_BACKOFF_S))
+                try:
+                    self._restart(wid, reason)
+                    self.workers[wid].send(*(("reset_hold", (ids, held_obs)) if held_obs else ("reset", ids)))
+                    return self.workers[wid].recv(self.cfg.worker_timeout_s)
+                except WorkerDied as exc:
+                    reason = str(exc)
+        finally:
+            self.restart_time_s += time.monotonic() - t0
+        last = [line for line in reason.strip().splitlines() if line.strip()]
+        raise SimulatorUnavailable(
+            f"{self._describe(wid)} failed {MAX_CONSECUTIVE_FAILURES} times in a row (died, hung or could not "
+            f"start); last error: {last[-1].strip() if last else reason}"
+        )
+
+    def _start_again(self, wid: int, reason: str) -> None:
+        """Worker `wid` died before its first "ready": start it again (bounded, with backoff, as `_revive`)."""
+        t0 = time.monotonic()
+        try:
+            for attempt in range(1, MAX_CONSECUTIVE_FAILURES):
+                time.sleep(min(RESTART_BACKOFF_S * 2 ** (attempt - 1), MAX_BACKOFF_S))
+                try:
+                    self._restart(wid, reason)
+                    return
+                except WorkerDied as exc:
+                    reason = str(exc)
+        finally:
+            self.restart_time_s += time.monotonic() - t0
+        worker = self.workers[wid]
+        worker.kill()
+        exited_with_error = worker.exitcode is not None and worker.exitcode > 0  # not a signal, not a hang
+        hint = (
+            f"; with start_method={self.cfg.start_method!r} the main script must be import-safe (guard it "
+            "with `if __name__ == '__main__':`), see the worker's stderr"
+            if exited_with_error and self.cfg.start_method != "fork"
+            else ""
+        )
+        last = [line for line in reason.strip().splitlines() if line.strip()]
+        raise SimulatorUnavailable(
+            f"{self._describe(wid)} failed to start {MAX_CONSECUTIVE_FAILURES} times in a row; last error: "
+            f"{last[-1].strip() if last else reason}{hint}"
+        )
 
     def _restart(self, wid: int, reason: str) -> None:
+        """Kill worker `wid` and start a replacement; raise WorkerDied if it dies, hangs or fails to build."""
         old = self.workers[wid]
         old.kill()
         logger.warning(
             "env worker %d (pid %s, rows %s) died or hung: exit code %s (%s); restarting it and resetting its envs",
-            wid, old.pid, old.rows, old.exitcode, reason,
+            wid, old.pid, old.rows, old.exitcode, reason.strip().splitlines()[-1] if reason.strip() else reason,
         )  # fmt: skip
         self.worker_restarts += 1
         new = ProcessWorker(wid, self.cfg, self.spec, old.rows)
+        self.workers[wid] = new  # before start: a failed start is killed by the next attempt or by close()
         new.start()
-        self.workers[wid] = new
-        new.recv(self.cfg.worker_start_timeout_s)
+        try:
+            new.recv(self.cfg.worker_start_timeout_s)
+        except WorkerError as exc:  # the simulators raised while building: a failed start, retried
+            raise WorkerDied(str(exc)) from exc
 
     def _crash_boundary(self, wid: int, reason: str, c: int) -> dict[str, Any]:
         """Restart worker `wid`, reset its rows, and report their episodes as truncated at chunk position 0.
@@ -332,15 +404,8 @@ class VectorEnv(BatchedEnv):
             int(k): {key: None if v is None else v[k] for key, v in last.items()}
             for k in np.flatnonzero(held)
         }
-        for attempt in range(MAX_RESTARTS_PER_CALL):
-            try:
-                self._restart(wid, reason)
-                break
-            except WorkerDied as exc:
-                reason = str(exc)
-                if attempt == MAX_RESTARTS_PER_CALL - 1:
-                    raise RuntimeError(f"env worker {wid} could not be restarted: {reason}") from exc
-        obs = self._reset_worker(wid, [int(i) for i in ids], held_obs)
+        obs = self._revive(wid, [int(i) for i in ids], held_obs, reason)
+        self.lost_episodes += int((~held).sum())
         truncated = np.zeros((n, c), dtype=bool)
         truncated[:, 0] = ~held
         return {

@@ -19,6 +19,10 @@ class WorkerDied(RuntimeError):
     """A worker process exited, was killed, or did not answer within `worker_timeout_s`."""
 
 
+class SimulatorUnavailable(RuntimeError):
+    """A worker's simulators could not be (re)started `MAX_CONSECUTIVE_FAILURES` times in a row: the run ends."""
+
+
 class WorkerError(RuntimeError):
     """A worker raised a Python exception (a bug or bad input, not a crash: it is not restarted)."""
 

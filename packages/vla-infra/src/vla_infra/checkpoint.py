@@ -4,7 +4,7 @@ Layout of ``<root>/global_step_<N>/``::
 
     model.safetensors      full (unsharded) model weights, written by rank 0
     state/                 torch.distributed.checkpoint: {"optimizer", "trainer", "rng": {"rank<r>": ...}}
-    manifest.json          step, world size, every file with its size
+    manifest.json          step, world size, every file with its size and sha256
     COMPLETE               written last
 
 Everything is written into ``<dir>.tmp-<uuid>`` first; after all files are fsync'ed the manifest and the
@@ -16,10 +16,16 @@ into place; if it is killed between the two renames, :func:`latest_checkpoint` a
 move the complete copy (the new ``.tmp-*`` if complete, else the ``.old-*``) back to ``<dir>``. DCP needs no
 process group (one process writes alone); with an initialised group every rank calls :func:`save_checkpoint` /
 :func:`load_checkpoint` together and writes its own optimizer shards.
+
+:func:`load_checkpoint` checks every file against the manifest (size and sha256) and raises
+:class:`CheckpointError` with one line naming a missing, truncated or altered file;
+``latest_checkpoint(root, verify=True)`` skips such checkpoints (saying why in ``skipped``) and returns the newest
+intact one.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -52,9 +58,11 @@ __all__ = [
     "COMPLETE_MARKER",
     "MANIFEST",
     "MODEL_FILE",
+    "CheckpointError",
     "LoadedCheckpoint",
     "capture_rng_state",
     "checkpoint_dir",
+    "checkpoint_problem",
     "is_complete",
     "latest_checkpoint",
     "load_checkpoint",
@@ -70,6 +78,20 @@ COMPLETE_MARKER = "COMPLETE"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 _LEFTOVER_DIR = re.compile(r"^(?P<final>.+)\.(?P<kind>tmp|old)-[0-9a-f]+$")
 _FORMAT_VERSION = 1
+_HASH_CHUNK = 8 << 20
+
+
+class CheckpointError(FileNotFoundError):
+    """A checkpoint folder that is missing, incomplete (a save was interrupted) or damaged; the message is one
+    line naming the folder or the file."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def checkpoint_dir(root: str | os.PathLike[str], step: int) -> Path:
@@ -229,7 +251,8 @@ def save_checkpoint(
 
     if rank == 0:
         _fsync_tree(tmp)
-        files = {str(p.relative_to(tmp)): p.stat().st_size for p in sorted(tmp.rglob("*")) if p.is_file()}
+        paths = [p for p in sorted(tmp.rglob("*")) if p.is_file()]
+        files = {str(p.relative_to(tmp)): p.stat().st_size for p in paths}
         manifest = {
             "format_version": _FORMAT_VERSION,
             "step": (trainer_state or {}).get("step"),
@@ -237,6 +260,7 @@ def save_checkpoint(
             "has_optimizer": optimizer is not None,
             "created_unix": time.time(),
             "files": files,
+            "sha256": {str(p.relative_to(tmp)): _sha256(p) for p in paths},
         }
         _write_durable(tmp / MANIFEST, json.dumps(manifest, indent=1))
         _write_durable(tmp / COMPLETE_MARKER, "ok\n")
@@ -259,19 +283,42 @@ def save_checkpoint(
     return final
 
 
-def is_complete(ckpt_dir: str | os.PathLike[str]) -> bool:
-    """True if ``ckpt_dir`` has its ``COMPLETE`` marker and every file listed in the manifest, at its size."""
+def checkpoint_problem(ckpt_dir: str | os.PathLike[str], *, checksums: bool = True) -> str | None:
+    """None if ``ckpt_dir`` is a complete, intact checkpoint, else one line saying what is wrong with which file.
+
+    Checks the ``COMPLETE`` marker, the manifest, and every file it lists: present, at its recorded size, and
+    (``checksums=True``, reads every byte) with its recorded sha256. Checkpoints written before checksums were
+    recorded are checked by size only.
+    """
     path = Path(ckpt_dir)
-    if not (path / COMPLETE_MARKER).is_file() or not (path / MANIFEST).is_file():
-        return False
+    if not path.is_dir():
+        return f"{path} is not a complete checkpoint: no such folder"
+    if not (path / COMPLETE_MARKER).is_file():
+        return f"{path} is not a complete checkpoint: no {COMPLETE_MARKER} marker (its save was interrupted)"
     try:
         manifest = json.loads((path / MANIFEST).read_text())
-        return all(
-            (path / rel).is_file() and (path / rel).stat().st_size == size
-            for rel, size in manifest["files"].items()
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        files = dict(manifest["files"])
+        hashes = dict(manifest.get("sha256") or {})
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{path / MANIFEST} is missing or unreadable ({type(exc).__name__}): the checkpoint cannot be checked"
+    for rel, size in files.items():
+        file = path / rel
+        if not file.is_file():
+            return f"{file} is missing (listed in {MANIFEST}): the checkpoint is damaged"
+        actual = file.stat().st_size
+        if actual != size:
+            return f"{file} is truncated or altered: {actual} bytes, {MANIFEST} recorded {size}"
+    if checksums:
+        for rel, digest in hashes.items():
+            if _sha256(path / rel) != digest:
+                return f"{path / rel} is altered: its sha256 differs from the one recorded in {MANIFEST}"
+    return None
+
+
+def is_complete(ckpt_dir: str | os.PathLike[str]) -> bool:
+    """True if ``ckpt_dir`` has its ``COMPLETE`` marker and every file listed in the manifest, at its size
+    (cheap: no checksums; :func:`checkpoint_problem` also compares them)."""
+    return checkpoint_problem(ckpt_dir, checksums=False) is None
 
 
 def _recover_interrupted_overwrites(base: Path) -> list[Path]:
@@ -303,22 +350,31 @@ def _recover_interrupted_overwrites(base: Path) -> list[Path]:
     return recovered
 
 
-def latest_checkpoint(root: str | os.PathLike[str]) -> Path | None:
+def latest_checkpoint(
+    root: str | os.PathLike[str], *, verify: bool = False, skipped: list[str] | None = None
+) -> Path | None:
     """The complete ``global_step_<N>`` directory under ``root`` with the largest N, or None.
 
-    A checkpoint whose overwrite was interrupted between its two renames is first moved back into place."""
+    With ``verify=True`` the files' checksums are compared too; a damaged checkpoint is skipped and the newest
+    intact one is returned. Each newer checkpoint passed over adds its :func:`checkpoint_problem` line to
+    ``skipped`` (when given). A checkpoint whose overwrite was interrupted between its two renames is first moved
+    back into place."""
     base = Path(root)
     if not base.is_dir():
         return None
     _recover_interrupted_overwrites(base)
-    best: tuple[int, Path] | None = None
+    found = []
     for entry in base.iterdir():
         match = _STEP_DIR.match(entry.name)
-        if match and entry.is_dir() and is_complete(entry):
-            step = int(match.group(1))
-            if best is None or step > best[0]:
-                best = (step, entry)
-    return None if best is None else best[1]
+        if match and entry.is_dir():
+            found.append((int(match.group(1)), entry))
+    for _, entry in sorted(found, reverse=True):
+        problem = checkpoint_problem(entry, checksums=verify)
+        if problem is None:
+            return entry
+        if skipped is not None:
+            skipped.append(problem)
+    return None
 
 
 def remove_incomplete(root: str | os.PathLike[str]) -> list[Path]:
@@ -364,6 +420,7 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer | None = None,
     restore_rng: bool = True,
     strict: bool = True,
+    verify: bool = True,
 ) -> LoadedCheckpoint:
     """Load a complete checkpoint, into ``model``/``optimizer`` when given.
 
@@ -373,15 +430,15 @@ def load_checkpoint(
         optimizer: loaded in place from DCP (needs ``model``).
         restore_rng: set this rank's RNG states to the saved ones (exact resume).
         strict: the model's keys must match the file's.
+        verify: compare every file's sha256 with the manifest first (reads the checkpoint once more).
 
     Raises:
-        FileNotFoundError: ``ckpt_dir`` is not a complete checkpoint.
+        CheckpointError: ``ckpt_dir`` is missing, incomplete, or has a missing, truncated or altered file.
     """
     path = Path(ckpt_dir)
-    if not is_complete(path):
-        raise FileNotFoundError(
-            f"{path} is not a complete checkpoint (no {COMPLETE_MARKER} marker or files missing)"
-        )
+    problem = checkpoint_problem(path, checksums=verify)
+    if problem is not None:
+        raise CheckpointError(problem)
     if optimizer is not None and model is None:
         raise ValueError("loading optimizer state needs the model (its keys are parameter names)")
     manifest = json.loads((path / MANIFEST).read_text())

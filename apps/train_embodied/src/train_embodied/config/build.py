@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from train_embodied.config.convert import build_section, unknown_key_errors
+from train_embodied.checkpointing import AUTO, ResumeError, find_latest_checkpoint
+from train_embodied.config.convert import build_section, coerce_fields, unknown_key_errors
 from train_embodied.config.sections import (
     ENV_APP_KEYS,
     ActorSection,
@@ -80,12 +81,43 @@ def _env_config(
     if unknown:
         errors += unknown
         return None, run
+    type_errors: list[str] = []
+    env_part = coerce_fields(EnvConfig, env_part, prefix, type_errors, aliases={"video_cfg": "video"})
+    if type_errors:  # wrong types first: EnvConfig's own checks compare values
+        errors += type_errors
+        return None, run
     try:
         return EnvConfig.from_dict(env_part), run
     except (ValueError, TypeError) as exc:
         # vla_envs says "EnvConfig.num_envs=0 is invalid: ..."; say which section it came from.
-        errors.append(re.sub(r"\b(EnvConfig|VideoConfig)\.", f"{prefix}.", str(exc)))
+        message = re.sub(r"\bVideoConfig\.", f"{prefix}.video_cfg.", str(exc))
+        errors.append(re.sub(r"\bEnvConfig\.", f"{prefix}.", message))
         return None, run
+
+
+def _check_env_type(env: EnvConfig, prefix: str) -> list[str]:
+    """The simulator adapter must be registered (a typo would otherwise fail only when the envs are built)."""
+    from vla_envs import list_env_types
+
+    known = list_env_types()
+    if env.env_type in known:
+        return []
+    close = difflib.get_close_matches(env.env_type, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return [f"{prefix}.env_type={env.env_type!r} is not one of: {', '.join(known)}{hint}"]
+
+
+def _check_adapter_settings(env: EnvConfig, prefix: str) -> list[str]:
+    """The adapter's own checks (task sets, cameras, `extra` keys, ...), run without building a simulator."""
+    from vla_envs.checks import check_env_config
+
+    try:
+        check_env_config(env)
+    except (ValueError, TypeError, KeyError) as exc:
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        message = re.sub(r"\bEnvConfig\.", f"{prefix}.", message)
+        return [message if prefix in message else f"{prefix}: {message}"]
+    return []
 
 
 def _check_task(env: EnvConfig, prefix: str) -> list[str]:
@@ -228,13 +260,17 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
                     f"actor.model.image_size={model.image_size!r} does not match {name}.image_size="
                     f"{env.image_size!r} (the policy is built for the env's images)"
                 )
-    errors += _check_task(tc.env_train, "env.train") + _check_task(tc.env_eval, "env.eval")
+    for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
+        errors += _check_env_type(env, name) or _check_task(env, name) or _check_adapter_settings(env, name)
     errors += _check_placement(tc.cluster)
     errors += _check_actor_sharding(tc)
     if check_paths:  # checks against this machine
         errors += _check_gpus_here(tc.cluster)
-        if tc.runner.resume_dir and not os.path.isdir(tc.runner.resume_dir):
-            errors.append(f"runner.resume_dir={tc.runner.resume_dir!r} is invalid: no such folder")
+        if tc.runner.resume_dir and tc.runner.resume_dir != AUTO:
+            try:
+                find_latest_checkpoint(tc.runner.resume_dir)
+            except ResumeError as exc:
+                errors.append(str(exc))
         if model.model_path and not os.path.isdir(model.model_path):
             errors.append(
                 f"actor.model.model_path={model.model_path!r} is invalid: no such folder "

@@ -65,6 +65,13 @@ def _coerce(value: Any, tp: Any, key: str, errors: list[str]) -> Any:
             return items if _MISSING not in items else _MISSING
     elif origin is dict and isinstance(value, Mapping):
         return dict(value)
+    elif origin is tuple:
+        args = typing.get_args(tp)
+        if isinstance(value, (list, tuple)) and len(args) == len(value) and Ellipsis not in args:
+            items = [
+                _coerce(v, a, f"{key}[{i}]", errors) for i, (v, a) in enumerate(zip(value, args, strict=True))
+            ]
+            return tuple(items) if _MISSING not in items else _MISSING
     errors.append(f"{key}={value!r} is invalid: expected {_type_name(tp)}")
     return _MISSING
 
@@ -79,6 +86,33 @@ def unknown_key_errors(data: Mapping[str, Any], known: list[str], prefix: str) -
         hint = f" (did you mean '{prefix}.{close[0]}'?)" if close else ""
         errors.append(f"unknown key '{prefix}.{key}'{hint}; known keys: {', '.join(known)}")
     return errors
+
+
+def coerce_fields(
+    cls: type,
+    data: Mapping[str, Any],
+    prefix: str,
+    errors: list[str],
+    *,
+    aliases: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """`data` with each value checked against (and converted to) the type of `cls`'s field of that name, for a
+    dataclass that validates its values itself (a package config such as vla_envs.EnvConfig): a value of the
+    wrong type appends one error naming `prefix.key`. A nested dataclass field gets a checked plain dict; `aliases`
+    maps a config key to its field name (`video_cfg` -> `video`). Keys that are not fields pass through."""
+    hints = typing.get_type_hints(cls)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        tp = hints.get((aliases or {}).get(key, key))
+        if tp is None:
+            out[key] = value
+        elif dataclasses.is_dataclass(tp) and isinstance(value, Mapping):
+            errors += unknown_key_errors(value, [f.name for f in dataclasses.fields(tp)], f"{prefix}.{key}")
+            out[key] = coerce_fields(tp, value, f"{prefix}.{key}", errors)
+        else:
+            coerced = _coerce(value, tp, f"{prefix}.{key}", errors)
+            out[key] = value if coerced is _MISSING else coerced
+    return out
 
 
 def build_section(cls: type[T], data: Mapping[str, Any], prefix: str, errors: list[str]) -> T:

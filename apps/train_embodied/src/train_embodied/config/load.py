@@ -12,23 +12,28 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException, HydraException, MissingConfigException
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from train_embodied.config.build import ConfigError
+from train_embodied.config.defaults import register_base_configs
 
-#: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping):
-#: `cluster.component_placement={env: 0-3, rollout: 4-7, actor: 0-7}` drops the config's placement first.
+#: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping, and refuse
+#: new keys in it): `cluster.component_placement={env: 0-3, rollout: 4-7, actor: 0-7}` drops the config's
+#: placement first; `env.train.extra={...}`, `actor.model.extra={...}`, `actor.fsdp_config.mixed_precision={...}`.
 REPLACE_WHOLE = ("cluster.component_placement",)
+REPLACE_WHOLE_NAMES = ("component_placement", "extra", "mixed_precision")
 
 
 def _rewrite_overrides(overrides: list[str]) -> list[str]:
     out = []
     for item in overrides:
         key = item.split("=", 1)[0]
-        if key in REPLACE_WHOLE and "=" in item:
+        whole = key in REPLACE_WHOLE or key.rsplit(".", 1)[-1] in REPLACE_WHOLE_NAMES
+        if whole and not key.startswith(("+", "~")) and "=" in item:
             out += [f"~{key}", f"+{item}"]
         else:
             out.append(item)
@@ -39,7 +44,7 @@ def config_dir() -> Path:
     """The app's configs folder (inside the wheel, or `apps/train_embodied/configs` in a source checkout)."""
     here = Path(__file__).resolve().parent.parent
     for candidate in (here / "configs", here.parents[1] / "configs"):
-        if (candidate / "common").is_dir():
+        if (candidate / "env").is_dir():
             return candidate
     raise FileNotFoundError(f"train_embodied configs folder not found next to {here}")
 
@@ -53,8 +58,12 @@ def _resolve_config(config: str) -> tuple[Path, str, list[str]]:
     """(search dir, config name, extra overrides) for a config name or a YAML path."""
     path = Path(config)
     if path.suffix in (".yaml", ".yml") or os.sep in config:
+        if path.is_dir():
+            raise ConfigError([f"config file {config!r} is a folder: give a .yaml file or a config name"])
         if not path.is_file():
             raise ConfigError([f"config file {config!r} does not exist"])
+        if path.suffix not in (".yaml", ".yml"):
+            raise ConfigError([f"config file {config!r} is not a .yaml/.yml file"])
         # A user file can use the app's groups (env/, model/, algorithm/, common/): add them to the search path.
         return path.resolve().parent, path.stem, [f"hydra.searchpath=[file://{config_dir()}]"]
     if config not in list_configs():
@@ -84,9 +93,21 @@ def _explain_override_error(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _explain_yaml_error(exc: yaml.YAMLError) -> str:
+    """`file:line:column: YAML syntax error: <problem>` (1-based line and column, as editors count)."""
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context = getattr(exc, "context", None)
+    what = f"{problem} ({context})" if context else str(problem)
+    if mark is None:
+        return f"YAML syntax error: {what}"
+    return f"{mark.name}:{mark.line + 1}:{mark.column + 1}: YAML syntax error: {what}"
+
+
 def compose_config(config: str, overrides: list[str] | None = None) -> DictConfig:
     """Compose `config` with `overrides` (Hydra grammar). Raises ConfigError with one line per problem."""
     search_dir, name, extra = _resolve_config(config)
+    register_base_configs()
     try:
         with initialize_config_dir(config_dir=str(search_dir), version_base="1.3"):
             cfg = compose(config_name=name, overrides=[*extra, *_rewrite_overrides(list(overrides or []))])
@@ -94,18 +115,35 @@ def compose_config(config: str, overrides: list[str] | None = None) -> DictConfi
         raise ConfigError([_explain_override_error(exc)]) from None
     except (HydraException, OmegaConfBaseException) as exc:
         raise ConfigError([f"cannot compose config {config!r}: {str(exc).splitlines()[0]}"]) from None
+    except yaml.YAMLError as exc:  # a config file (the user's or a group option) that is not valid YAML
+        raise ConfigError([_explain_yaml_error(exc)]) from None
     return cfg
 
 
 def assign_log_dir(cfg: DictConfig, *, now: datetime.datetime | None = None) -> str:
-    """Fill `runner.logger.log_dir` = `log_path/experiment_name/<timestamp>` unless it is set; return it."""
-    logger = cfg.runner.logger
+    """Fill `runner.logger.log_dir` = `log_path/experiment_name/<timestamp>` unless it is set; return it.
+
+    With `runner.resume_dir=auto` it is the newest run folder of this experiment holding a checkpoint, if any,
+    so that rerunning the command that crashed continues that run in its own folder."""
+    from train_embodied.checkpointing import AUTO, find_run_to_resume
+
+    logger = OmegaConf.select(cfg, "runner.logger")
+    if not isinstance(logger, DictConfig) or "log_path" not in logger or "experiment_name" not in logger:
+        raise ConfigError(
+            [
+                "the config has no runner.logger section (log_path, experiment_name): a config file starts from a "
+                "shipped config, e.g. `defaults: [metaworld_ppo_tiny_cpu, _self_]` (vla-train --list names them)"
+            ]
+        )
     if logger.get("log_dir"):
         return str(logger.log_dir)
+    previous = None
+    if cfg.runner.get("resume_dir") == AUTO:
+        previous = find_run_to_resume(str(logger.log_path), str(logger.experiment_name))
     stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
     base = Path(str(logger.log_path)) / str(logger.experiment_name) / stamp
-    run_dir, k = base, 1
-    while run_dir.exists():
+    run_dir, k = previous or base, 1
+    while previous is None and run_dir.exists():
         run_dir = base.with_name(f"{stamp}-{k}")
         k += 1
     OmegaConf.set_struct(cfg, False)

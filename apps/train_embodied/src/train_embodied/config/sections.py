@@ -93,10 +93,12 @@ class RunnerSection:
     seed: int = 0
     progress_bar: bool = True
     torch_num_threads: int = 1
+    max_consecutive_skipped_updates: int = 3
 
     def check(self, prefix: str) -> list[str]:
         return (
-            at_least(f"{prefix}.torch_num_threads", self.torch_num_threads, 0)
+            at_least(f"{prefix}.max_consecutive_skipped_updates", self.max_consecutive_skipped_updates, 1)
+            + at_least(f"{prefix}.torch_num_threads", self.torch_num_threads, 0)
             + one_of(f"{prefix}.task_type", self.task_type, ("embodied",))
             + at_least(f"{prefix}.max_epochs", self.max_epochs, 0)
             + at_least(f"{prefix}.max_steps", self.max_steps, 1, allow=(-1,))
@@ -115,7 +117,11 @@ class ClusterSection:
     num_gpus_per_node: int = 0
     backend: str = "local"
     ray_address: str | None = None
-    component_placement: dict[str, Any] = field(default_factory=lambda: {"env,rollout,actor": "all"})
+    component_placement: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.component_placement:  # empty: every component on every slot
+            self.component_placement = {"env,rollout,actor": "all"}
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.num_nodes", self.num_nodes, 1)
@@ -224,6 +230,12 @@ class RolloutSection:
         if self.temperature <= 0:
             errors.append(f"{prefix}.temperature={self.temperature!r} is invalid: must be > 0")
         errors += at_least(f"{prefix}.pipeline_stage_num", self.pipeline_stage_num, 1)
+        if not self.do_sample:  # a reference-config key: PPO/GRPO learn from sampled actions
+            errors.append(
+                f"{prefix}.do_sample={self.do_sample!r} is not supported: training rollouts sample (the PPO/GRPO "
+                f"ratio needs the sampling distribution); greedy decoding is for evaluation ({prefix}.eval_do_sample, "
+                "runner.eval_greedy)"
+            )
         return errors
 
 
@@ -379,7 +391,7 @@ class SFTSection:
     """`sft`: supervised warm start on scripted-expert demonstrations (`vla-sft`)."""
 
     num_demos: int = 20
-    demo_seed: int = 50000
+    demo_seed: int = 0
     steps: int = 200
     batch_size: int = 64
     lr: float = 3e-4

@@ -6,7 +6,7 @@ import importlib.util
 
 import numpy as np
 
-from vla_envs.config import EnvConfig
+from vla_envs.config import EnvConfig, check_extra_keys
 from vla_envs.metaworld.tasks import resolve_tasks
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
@@ -23,8 +23,13 @@ def check_metaworld_installed() -> None:
         raise ImportError(f"env_type='metaworld' needs the Python package(s) {missing}; {INSTALL_HINT}")
 
 
+#: `EnvConfig.extra` keys MetaWorld reads (`task_cache_size`: simulators of distinct tasks kept per worker).
+EXTRA_KEYS = ("task_cache_size",)
+
+
 def metaworld_spec(cfg: EnvConfig) -> SimSpec:
     """Validate `cfg` for MetaWorld and describe the simulator (no simulator import)."""
+    check_extra_keys(cfg.extra, EXTRA_KEYS, "metaworld")
     tasks, goal_observable = resolve_tasks(cfg.task, cfg.task_set)
     for key in ("camera", "wrist_camera"):
         value = getattr(cfg, key)

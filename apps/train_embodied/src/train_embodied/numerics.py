@@ -1,0 +1,89 @@
+"""NaN/inf guards of the update: a non-finite loss, gradient or advantage skips that update instead of writing
+NaN into the weights (and from there into every later rollout); a run of them ends the run with one message.
+
+- `finite_optimizer_step`: per minibatch, the optimizer steps only when the (clipped) gradient norm and the
+  loss are finite; otherwise the gradients are dropped and the minibatch counts as skipped.
+- `nonfinite_inputs`: per update, the rollout tensors the update would read (advantages, returns, old
+  log-probs, old values) that hold NaN/inf; the runner skips the whole update when there are any.
+- `SkippedUpdates`: counts consecutive skipped updates and raises `TrainingDiverged` at the limit
+  (`runner.max_consecutive_skipped_updates`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+#: Metric: fraction of this update's minibatches whose optimizer step was skipped (non-finite loss or gradients).
+SKIPPED_MINIBATCHES = "train/skipped_minibatch_fraction"
+#: Metric: 1.0 when the whole update was skipped (non-finite inputs, or every minibatch skipped).
+SKIPPED_UPDATE = "train/skipped_update"
+
+_CHECKED_INPUTS = ("advantages", "returns", "old_logprobs", "old_values")
+
+
+class TrainingDiverged(RuntimeError):
+    """Too many updates in a row were skipped for NaN/inf; the message is one line saying what and where."""
+
+
+def finite_optimizer_step(
+    optimizer: torch.optim.Optimizer, grad_norm: torch.Tensor | float, metrics: dict[str, float]
+) -> bool:
+    """Step `optimizer` if `grad_norm` and the loss in `metrics` are finite, else drop the gradients.
+
+    Adds `SKIPPED_MINIBATCHES` (1.0 or 0.0) to `metrics` (the caller averages it over minibatches). Every rank sees
+    the same all-reduced gradient norm, so sharded ranks agree on skipping.
+    """
+    loss = metrics.get("train/loss", 0.0)
+    finite = math.isfinite(float(grad_norm)) and math.isfinite(float(loss))
+    if finite:
+        optimizer.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
+    metrics[SKIPPED_MINIBATCHES] = 0.0 if finite else 1.0
+    return finite
+
+
+def nonfinite_inputs(samples: Mapping[str, Any]) -> list[str]:
+    """Names of the update's input tensors (advantages, returns, old log-probs/values) holding NaN/inf, with
+    how many entries, e.g. `["advantages (3 of 256)"]`; masked-out rows are not checked."""
+    mask = samples.get("mask")
+    bad = []
+    for name in _CHECKED_INPUTS:
+        value = samples.get(name)
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+            continue
+        rows = value[mask] if isinstance(mask, torch.Tensor) and mask.shape[0] == value.shape[0] else value
+        count = int((~torch.isfinite(rows)).sum())
+        if count:
+            bad.append(f"{name} ({count} of {rows.numel()})")
+    return bad
+
+
+class SkippedUpdates:
+    """Consecutive skipped updates; `record` raises TrainingDiverged once `limit` are skipped in a row."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_a_row = 0
+        self.total = 0
+
+    def record(self, epoch: int, skipped: bool, why: str) -> None:
+        """Count epoch `epoch`'s update (skipped or not; `why` says what was non-finite)."""
+        if not skipped:
+            self.in_a_row = 0
+            return
+        self.in_a_row += 1
+        self.total += 1
+        print(
+            f"[numerics] epoch {epoch}: update skipped: {why} ({self.in_a_row} in a row, limit {self.limit})"
+        )
+        if self.in_a_row >= self.limit:
+            raise TrainingDiverged(
+                f"{self.in_a_row} updates in a row (epochs {epoch - self.in_a_row + 1}-{epoch}) were skipped for "
+                f"NaN/inf (last: {why}); the run stops here (runner.max_consecutive_skipped_updates="
+                f"{self.limit}): lower actor.optim.lr, check the rewards, or resume from an earlier checkpoint"
+            )

@@ -1,9 +1,8 @@
 """A corpus of malformed user input: each fails before anything is built with exactly one line on stderr that
 names the key (or file), what was given and what is allowed, exit status 2, and no traceback.
 
-Classes: config keys and values, YAML syntax, config files, config groups, env settings, resume folders. Model
-folders (missing files, bad JSON, checkpoint settings that contradict the config) join the corpus in
-`MODEL_FOLDER_CASES` with the model-folder checks.
+Classes: config keys and values, YAML syntax, config files, config groups, env settings, resume folders, model
+folders (missing files, bad JSON, checkpoint settings that contradict the config).
 """
 
 from __future__ import annotations
@@ -161,7 +160,35 @@ RESUME_CASES = [
 
 #: Model folders (`actor.model.model_path`): missing files, config.json that is not JSON, shapes or settings that
 #: contradict the config. Filled in with the model-folder checks.
-MODEL_FOLDER_CASES: list[tuple[str, list[str], str]] = []
+MODEL = "actor.model.model_path={tmp}/models/"
+MODEL_FOLDER_CASES = [
+    ("model-config-not-json", [CONFIG, MODEL + "bad_json"], "config.json is not valid JSON"),
+    ("model-config-not-object", [CONFIG, MODEL + "a_list"], "config.json does not hold a JSON object"),
+    ("model-no-config", [CONFIG, MODEL + "no_config"], "config.json does not exist"),
+    ("model-no-weights", [CONFIG, MODEL + "no_weights"], "neither model.safetensors.index.json nor"),
+    ("model-index-not-json", [CONFIG, MODEL + "bad_index"], "model.safetensors.index.json is not valid JSON"),
+    ("model-missing-shard", [CONFIG, MODEL + "missing_shard"], "model-00002-of-00002.safetensors (listed in"),
+    (
+        "model-action-dim-contradicts",
+        [CONFIG, MODEL + "tiny", "actor.model.action_dim=7"],
+        "action_dim=7 contradicts the checkpoint",
+    ),
+    (
+        "model-proprio-contradicts",
+        [CONFIG, MODEL + "tiny", "actor.model.proprio_dim=8"],
+        "proprio_dim=8 contradicts the checkpoint",
+    ),
+    (
+        "model-family-contradicts",
+        [CONFIG, MODEL + "tiny", "actor.model.model_type=openvla", "actor.model.use_proprio=false"],
+        "model_type='openvla' contradicts the checkpoint",
+    ),
+    (
+        "model-width-contradicts",
+        [CONFIG, MODEL + "tiny", "actor.model.extra.hidden_size=64"],
+        "hidden_size=64 contradicts the checkpoint",
+    ),
+]
 
 CASES = KEY_CASES + YAML_CASES + FILE_CASES + GROUP_CASES + ENV_CASES + RESUME_CASES + MODEL_FOLDER_CASES
 
@@ -203,7 +230,34 @@ def corpus(tmp_path_factory) -> Path:
     data = model.read_bytes()
     model.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
     (_checkpoint(tmp / "no_manifest") / "manifest.json").unlink()
+    _model_folders(tmp / "models")
     return tmp
+
+
+def _model_folders(root: Path) -> None:
+    """A tiny policy saved as the config describes it (action_dim 4, proprio_dim 4, hidden 128), and broken
+    folders."""
+    from train_embodied.config import load_train_config
+    from train_embodied.policy_io import model_config
+    from vla_models import build_policy
+
+    build_policy(model_config(load_train_config(CONFIG, [], check_paths=False).actor.model)).save_pretrained(
+        root / "tiny"
+    )
+    for name, files in {
+        "bad_json": {"config.json": "{not json"},
+        "a_list": {"config.json": "[1, 2]"},
+        "no_config": {},
+        "no_weights": {"config.json": "{}"},
+        "bad_index": {"config.json": "{}", "model.safetensors.index.json": "{"},
+        "missing_shard": {
+            "config.json": "{}",
+            "model.safetensors.index.json": '{"weight_map": {"a": "model-00002-of-00002.safetensors"}}',
+        },
+    }.items():
+        (root / name).mkdir(parents=True)
+        for file, text in files.items():
+            (root / name / file).write_text(text)
 
 
 def test_the_corpus_covers_every_class() -> None:

@@ -7,6 +7,7 @@ Entry points: ``build_policy(config)`` and ``load_policy(path)``; configs ``Open
 __version__ = "0.1.0"
 
 from vla_models.action_tokenizer import ActionTokenizer
+from vla_models.checkpoint import check_checkpoint
 from vla_models.factory import build_policy, config_from_dict, load_policy
 from vla_models.normalization import BoundsNormalizer, stats_from_bounds
 from vla_models.openvla import OpenVLAConfig, OpenVLAPolicy
@@ -30,6 +31,7 @@ __all__ = [
     "__version__",
     "build_policy",
     "build_tiny_tokenizer",
+    "check_checkpoint",
     "concat_forward_inputs",
     "config_from_dict",
     "load_policy",

@@ -565,3 +565,45 @@ def _reference_value_head(path: Path, sd: dict[str, torch.Tensor], head: Any) ->
         logger.info("%s: value head without a last-layer bias (reference layout): using a zero bias", path)
         return {bias: torch.zeros(1, dtype=sd[weight].dtype)}
     return {}
+
+
+def check_checkpoint(path: str | Path, **settings: Any) -> None:
+    """What ``load_policy(path, **settings)`` would refuse that the folder's small files already show, without
+    reading a tensor: a missing folder, ``config.json`` or weights file, a file that is not valid JSON, and (for
+    a folder written by ``save_pretrained``) an architecture setting the saved config contradicts. Meant for
+    validating a run's configuration before anything is built; ``load_policy`` still checks everything.
+
+    Raises:
+        FileNotFoundError: no such directory, no ``config.json``, or no weights.
+        ValueError: a malformed JSON file or a contradicted setting (naming the key and both values).
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {p} does not exist")
+    d = read_json(p / "config.json")
+    if not isinstance(d, dict):
+        raise ValueError(f"{p / 'config.json'} does not hold a JSON object")
+    if (p / INDEX_NAME).exists():
+        index = read_json(p / INDEX_NAME)
+        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
+            raise ValueError(f"{p / INDEX_NAME} has no 'weight_map'")
+        for name in sorted(set(index["weight_map"].values())):
+            if not (p / name).is_file():
+                raise FileNotFoundError(f"{p / name} (listed in {INDEX_NAME}) does not exist")
+    elif not (p / "model.safetensors").exists():
+        raise FileNotFoundError(
+            f"{p} has neither {INDEX_NAME} nor model.safetensors (only safetensors are loaded)"
+        )
+    if not isinstance(d.get("vla_models"), dict):
+        return  # a published folder: its architecture is read from its tensors by load_policy
+    cd = dict(d["vla_models"])
+    family = cd.pop("family", "openvla")
+    if family == "openvla_oft":
+        cd.setdefault("implement_version", "causal_prefix")
+    facts = {k: v for k, v in cd.items() if k in ARCHITECTURE_KEYS}
+    facts["model_type"] = family
+    if family in ("openvla", "openvla_oft") and isinstance(cd.get("backbone"), dict):
+        backbone = PrismaticConfig(**cd["backbone"])
+        facts.update({k: f(backbone) for k, f in _BACKBONE_KEYS.items()})
+    given = {k: v for k, v in settings.items() if k in ARCHITECTURE_KEYS}
+    _check_against(p, given, facts)

@@ -23,6 +23,7 @@ from train_embodied.config.sections import (
     AlgorithmSection,
     ClusterSection,
     EnvRunSection,
+    ModelSection,
     RolloutSection,
     RunnerSection,
     SFTSection,
@@ -276,7 +277,22 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
                 f"actor.model.model_path={model.model_path!r} is invalid: no such folder "
                 "(a folder written by save_pretrained, e.g. the vla-sft output)"
             )
+        elif model.model_path:
+            errors += _check_model_folder(model)
     return errors
+
+
+def _check_model_folder(model: ModelSection) -> list[str]:
+    """The model folder's small files against the `actor.model` settings (no tensor is read): malformed JSON,
+    missing weights, a saved architecture the settings contradict."""
+    from train_embodied.policy_io import load_settings
+    from vla_models import check_checkpoint
+
+    try:
+        check_checkpoint(model.model_path, **load_settings(model))
+    except (ValueError, FileNotFoundError) as exc:
+        return [f"actor.model.model_path={model.model_path!r} is invalid: {exc}"]
+    return []
 
 
 def build_train_config(cfg: Mapping[str, Any], *, check_paths: bool = True) -> TrainConfig:

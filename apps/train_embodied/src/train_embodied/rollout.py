@@ -186,3 +186,58 @@ def _stack(
         first_scores=torch.as_tensor(first_scores),
         env_steps=env_steps,
     )
+
+
+def _pad_time(x: torch.Tensor, t: int, fill: float | bool = 0) -> torch.Tensor:
+    """`x` [T', B, ...] extended to T rows along time with `fill`."""
+    if x.shape[0] == t:
+        return x
+    pad = torch.full((t - x.shape[0], *x.shape[1:]), fill, dtype=x.dtype, device=x.device)
+    return torch.cat([x, pad], dim=0)
+
+
+def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
+    """Several rollouts of one iteration (`algorithm.rollout_epoch`) as one batch: their env columns side by side
+    ([T, B1 + B2 + ...]), a shorter rollout (grouped starts stop once every env's episode ended) padded in time
+    with masked-out decisions after those ends. Each rollout keeps whole columns, so GAE and GRPO groups see the same data as alone.
+
+    Raises:
+        ValueError: the rollouts' `forward_inputs` differ in shape beyond time and batch (e.g. prompts of
+            different widths: set `actor.model.extra.prompt_length` for a fixed width).
+    """
+    if len(batches) == 1:
+        return batches[0]
+    t = max(b.logprobs.shape[0] for b in batches)
+    for b in batches:
+        ended = (b.terminated | b.truncated).any(-1).any(0)
+        if b.logprobs.shape[0] < t and not bool(ended.all()):
+            # only a rollout whose every episode ended stops early: nothing after its end is bootstrapped
+            raise ValueError("concat_rollouts: a shorter rollout has episodes that never ended")
+
+    def cat(get: Any, fill: float | bool = 0) -> torch.Tensor:
+        return torch.cat([_pad_time(get(b), t, fill) for b in batches], dim=1)
+
+    forward_inputs = {}
+    for key in batches[0].forward_inputs:
+        shapes = {tuple(b.forward_inputs[key].shape[2:]) for b in batches}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"algorithm.rollout_epoch: the rollouts' forward_inputs[{key!r}] have different shapes "
+                f"{sorted(shapes)}; set actor.model.extra.prompt_length for a fixed prompt width"
+            )
+        forward_inputs[key] = cat(lambda b, k=key: b.forward_inputs[k])
+    first = [b.first_scores for b in batches]
+    return RolloutBatch(
+        forward_inputs=forward_inputs,
+        logprobs=cat(lambda b: b.logprobs),
+        values=None if batches[0].values is None else cat(lambda b: b.values),
+        rewards=cat(lambda b: b.rewards),
+        terminated=cat(lambda b: b.terminated, False),
+        truncated=cat(lambda b: b.truncated, False),
+        final_values=cat(lambda b: b.final_values),
+        loss_mask=cat(lambda b: b.loss_mask, False),
+        last_values=torch.cat([b.last_values for b in batches]),
+        episodes={k: np.concatenate([b.episodes[k] for b in batches]) for k in batches[0].episodes},
+        first_scores=None if any(f is None for f in first) else torch.cat(first),  # type: ignore[arg-type]
+        env_steps=sum(b.env_steps for b in batches),
+    )

@@ -32,7 +32,7 @@ from train_embodied.config.build import TrainConfig
 from train_embodied.evaluation import evaluate, held_out_reset_ids
 from train_embodied.metrics import make_logger
 from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates, nonfinite_inputs
-from train_embodied.rollout import RolloutBatch, collect_rollout
+from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollouts
 from train_embodied.run_workers import RunWorkers
 from train_embodied.seeds import stream_seed
 from vla_algos import explained_variance, get_advantage_estimator, get_policy_loss
@@ -96,11 +96,11 @@ def env_fault_metrics(w: RunWorkers) -> dict[str, float]:
     return {f"env/{key}": value for key, value in totals.items()}
 
 
-def group_reset_ids(tc: TrainConfig, num_reset_states: int, epoch: int) -> np.ndarray:
+def group_reset_ids(tc: TrainConfig, num_reset_states: int, *key: int) -> np.ndarray:
     """Reset ids [num_envs] for a grouped-start estimator (GRPO): each consecutive group of `group_size` envs
     shares one start."""
     g = tc.algorithm.group_size
-    rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.GROUP_STARTS, epoch))
+    rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.GROUP_STARTS, *key))
     starts = rng.integers(0, num_reset_states, size=tc.env_train.num_envs // g)
     return np.repeat(starts, g)
 
@@ -217,26 +217,34 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 w.rollout.load_weights(w.actor.state_dict(), state["version"])
             timings["time/sync_weights"] = time.time() - t0
 
-            # ---- 1. rollout: envs start from start states seeded by (seed, epoch), so resume replays exactly
+            # ---- 1. rollout: envs start from start states seeded by (seed, epoch), so resume replays exactly;
+            # `rollout_epoch` rollouts per iteration, side by side as one batch for the update
             t0 = time.time()
-            w.rollout.seed(stream_seed(runner.seed, seeds.ROLLOUT_SAMPLING, epoch))
-            if estimator.grouped_starts:
-                ids = group_reset_ids(tc, w.train_spec["num_reset_states"], epoch)
-                resets = [{"reset_state_ids": part} for part in np.split(ids, stages)]
-            else:
-                resets = [
-                    {"seed": stream_seed(runner.seed, seeds.TRAIN_RESET, epoch, s)} for s in range(stages)
-                ]
-            batch = collect_rollout(
-                w.env_train,
-                w.rollout,
-                num_decisions=num_decisions,
-                reset_kwargs=resets,
-                bootstrap_truncation=loss.uses_critic,
-                stop_when_all_done=estimator.grouped_starts,
-                progress=runner.progress_bar,
-                desc=f"rollout {epoch + 1}/{runner.max_epochs}",
-            )
+            rollouts = []
+            for r in range(algo.rollout_epoch):
+                key = (epoch,) if r == 0 else (epoch, r)  # rollout 0 draws what a single rollout draws
+                w.rollout.seed(stream_seed(runner.seed, seeds.ROLLOUT_SAMPLING, *key))
+                if estimator.grouped_starts:
+                    ids = group_reset_ids(tc, w.train_spec["num_reset_states"], *key)
+                    resets = [{"reset_state_ids": part} for part in np.split(ids, stages)]
+                else:
+                    resets = [
+                        {"seed": stream_seed(runner.seed, seeds.TRAIN_RESET, *key, s)} for s in range(stages)
+                    ]
+                rollouts.append(
+                    collect_rollout(
+                        w.env_train,
+                        w.rollout,
+                        num_decisions=num_decisions,
+                        reset_kwargs=resets,
+                        bootstrap_truncation=loss.uses_critic,
+                        stop_when_all_done=estimator.grouped_starts,
+                        progress=runner.progress_bar,
+                        desc=f"rollout {epoch + 1}/{runner.max_epochs}"
+                        + (f" ({r + 1}/{algo.rollout_epoch})" if algo.rollout_epoch > 1 else ""),
+                    )
+                )
+            batch = concat_rollouts(rollouts)
             w.rollout.offload()  # rollout.enable_offload: free the device for the update (else a no-op)
             state["env_steps"] += batch.env_steps
             timings["time/generate_rollouts"] = time.time() - t0

@@ -23,8 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from vla_envs.registry import list_env_types, list_tasks, register_env_type
-
 Obs = dict[str, Any]
 
 OBS_KEYS = ("images", "wrist_images", "states", "task_descriptions")
@@ -38,10 +36,7 @@ __all__ = [
     "StepResult",
     "check_actions",
     "empty_episode_metrics",
-    "list_env_types",
-    "list_tasks",
     "merge_obs_rows",
-    "register_env_type",
     "select_obs_rows",
     "stack_obs",
 ]

@@ -22,6 +22,15 @@ import pytest
 # early makes later clusters advertise the machine's address and multi-node fixtures time out.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
+# A headless MuJoCo backend before any test module imports a simulator (`pytest.importorskip("metaworld")` at
+# collection imports MuJoCo, which reads MUJOCO_GL once): without it in-process rendering fails in later tests.
+try:
+    from vla_envs.gl import configure_mujoco_gl
+except ImportError:  # vla-envs not installed: no simulator tests to prepare
+    pass
+else:
+    configure_mujoco_gl()
+
 REQUIRE_ALL_ENV = "VLA_REQUIRE_ALL"
 _GPU_REASON = re.compile(r"CUDA|GPU")
 # ManiSkill's "no Vulkan device" help text mentions GPUs, but a missing Vulkan driver is an install problem

@@ -206,11 +206,10 @@ class OpenPiConfig:
     def __post_init__(self) -> None:
         if isinstance(self.sizes, dict):
             self.sizes = PaliGemmaExpertSizes(**self.sizes)
-        if self.config_name is not None:
-            if self.config_name not in CONFIG_PRESETS:
-                raise ValueError(
-                    f"config_name={self.config_name!r} is not supported; allowed: {sorted(CONFIG_PRESETS)}"
-                )
+        if self.config_name is not None and self.config_name not in CONFIG_PRESETS:
+            raise ValueError(
+                f"config_name={self.config_name!r} is not supported; allowed: {sorted(CONFIG_PRESETS)}"
+            )
         for name in ("action_horizon", "model_action_dim", "action_dim", "num_action_chunks", "num_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:

@@ -23,6 +23,17 @@ REFERENCE_CONFIGS = [
     "metaworld_50_grpo_openvlaoft",
     "metaworld_ppo_tiny_cpu",
     "metaworld_grpo_tiny_cpu",
+    "metaworld_50_ppo_openpi",
+    "metaworld_50_ppo_openpi_pi05",
+    "metaworld_45_ppo_openpi",
+    "robotwin_adjust_bottle_ppo_OpenPI",
+    "robotwin_adjust_bottle_ppo_OpenPI_pi05",
+    "metaworld_50_ppo_openpi_eval",
+    "metaworld_50_ppo_openpi_pi05_eval",
+    "metaworld_45_ppo_openpi_eval",
+    "robotwin_adjust_bottle_ppo_OpenPI_eval",
+    "robotwin_adjust_bottle_ppo_OpenPI_pi05_eval",
+    "metaworld_ppo_pi0_tiny_cpu",
 ]
 
 
@@ -36,7 +47,11 @@ def test_every_config_composes_and_validates(name: str, tmp_path) -> None:
     assert tc.runner.logger.experiment_name == name
     assert tc.log_dir.startswith(str(tmp_path / name))
     assert tc.algorithm.adv_type == ("grpo" if "grpo" in name else "gae")
-    assert tc.actor.model.model_type == ("openvla" if name.endswith("_openvla") else "openvla_oft")
+    flow = "openpi" in name.lower() or "pi0" in name
+    assert tc.actor.model.model_type == (
+        "openpi" if flow else "openvla" if name.endswith("_openvla") else "openvla_oft"
+    )
+    assert tc.runner.only_eval == name.endswith("_eval")
     if tc.algorithm.adv_type == "grpo":
         assert tc.env_train.group_size == tc.algorithm.group_size and not tc.env_train.auto_reset
     # video folders resolve under the run's log dir

@@ -216,6 +216,15 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
         cd.pop("family", None)
     else:
         cd = _published_config(d, sd)
+    sizes = cd.get("sizes")
+    sizes = PaliGemmaExpertSizes(**sizes) if isinstance(sizes, dict) else sizes
+    for key in ("image_size", "patch_size"):
+        given = overrides.pop(key, None)
+        if given is not None and given != getattr(sizes, key):
+            raise ValueError(
+                f"{key}={given!r} contradicts the checkpoint at {p}, which has {key}={getattr(sizes, key)!r}; "
+                f"set {key}: {getattr(sizes, key)!r} or leave it unset"
+            )
     facts = {k: cd[k] for k in _ARCH_FIELDS if k in cd}
     facts.update({k: v for k, v in _facts_from_tensors(sd).items() if k in _ARCH_FIELDS})
     name = overrides.get("config_name", cd.get("config_name"))

@@ -4,7 +4,7 @@ The CPU trainer (apps/train_embodied) needs ~50 policy decisions/s including a b
 the bound is: predict at B=8 <= 0.16 s (50 decisions/s) and evaluate forward+backward at B=8 <= 1 s.
 Prints each time, the ratio to its bound (< 1 passes) and exits 1 with ``--strict`` when a bound fails.
 
-    PYTHONPATH=packages/vla-models/src python benchmarks/vla_models_tiny_cpu.py [--threads 1] [--strict]
+    PYTHONPATH=packages/vla-models/src python benchmarks/vla_models_tiny_cpu.py [--threads 1] [--strict] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--strict", action="store_true")
+    ap.add_argument("--only", nargs="*", help="family rows to run (default: all), e.g. 'pi0 flow_sde'")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     failed = False
@@ -73,7 +74,10 @@ def main() -> int:
             action_horizon=4, num_action_chunks=4, add_value_head=True, pi05=True
         ),
     }
+    only = set(args.only or families)
     for name, cfg in families.items():
+        if name not in only:
+            continue
         torch.manual_seed(0)
         policy = build_policy(cfg)
         n_params = sum(p.numel() for p in policy.parameters())

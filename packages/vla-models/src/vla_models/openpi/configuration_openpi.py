@@ -327,7 +327,7 @@ class OpenPiConfig:
             action_dim=4,
             num_action_chunks=5,
             num_steps=4,
-            max_token_len=32,
+            max_token_len=64 if fields.get("pi05") else 32,  # pi0.5 writes the state into the prompt
             num_images_in_input=1,
             precision="fp32",
             tokenizer="tiny",

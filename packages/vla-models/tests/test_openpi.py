@@ -426,3 +426,29 @@ def test_config_from_dict_reads_the_reference_openpi_section() -> None:
     assert cfg.noise_method == "flow_noise" and cfg.num_steps == 3
     with pytest.raises(ValueError, match="noise_method='flow_magic' is not supported"):
         config_from_dict({"model_type": "openpi", "size": "tiny", "openpi": {"noise_method": "flow_magic"}})
+
+
+def test_aloha_adapter_matches_openpi_reference_values_and_round_trips() -> None:
+    from vla_models.openpi.processing_openpi import (
+        aloha_actions_from_pi,
+        aloha_actions_to_pi,
+        aloha_gripper_to_angular,
+    )
+
+    # openpi aloha_policy: gripper 0.5 (normalised linear) -> asin((r^2 + p^2 - l^2) / (2 r p)) rescaled
+    p = 0.5 * (0.05800 - 0.01844) + 0.01844
+    want = (math.asin((0.022**2 + p**2 - 0.036**2) / (2 * 0.022 * p)) - 0.5476) / (1.6296 - 0.5476)
+    assert float(aloha_gripper_to_angular(torch.tensor(0.5))) == pytest.approx(want, abs=1e-6)
+    a = torch.randn(2, 3, 14)
+    torch.testing.assert_close(aloha_actions_from_pi(aloha_actions_to_pi(a)), a, atol=1e-5, rtol=1e-5)
+    assert torch.equal(aloha_actions_from_pi(a)[..., 1], -a[..., 1])  # a flipped joint
+    policy = _policy(action_dim=14, adapt_to_pi=True, delta_action_mask=((True,) * 6 + (False,)) * 2)
+    obs = {**_obs(state_dim=14), "states": torch.rand(B, 14) * 0.5 + 0.25}
+    out = policy.predict(obs, mode="greedy", generator=torch.Generator().manual_seed(0))
+    assert out.actions.shape == (B, 5, 14)
+    # supervised targets map into the model space and back (delta on the joints, grippers absolute)
+    fi = policy.prepare_inputs(obs)
+    model = policy.model_actions(out.actions, fi["states"])
+    torch.testing.assert_close(
+        policy.actions_from_model(model, fi["states"]), out.actions, atol=1e-5, rtol=1e-5
+    )

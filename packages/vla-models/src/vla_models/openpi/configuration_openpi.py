@@ -255,11 +255,8 @@ class OpenPiConfig:
             self.delta_action_mask = tuple(bool(b) for b in self.delta_action_mask)
         if self.tokenizer not in ("tiny", "checkpoint") and not isinstance(self.tokenizer, str):
             raise ValueError(f"tokenizer must be 'tiny', 'checkpoint' or a folder, got {self.tokenizer!r}")
-        if self.adapt_to_pi:
-            raise ValueError(
-                "adapt_to_pi=True (the ALOHA joint flips and gripper maps of pi05_aloha_robotwin) is not supported "
-                "yet; set adapt_to_pi: false"
-            )
+        if self.adapt_to_pi and self.action_dim != 14:
+            raise ValueError(f"adapt_to_pi=True maps the 14 ALOHA dims; action_dim={self.action_dim}")
 
     # ---- derived settings (None = the pi0 / pi0.5 default) ------------------------------------------------
     @property

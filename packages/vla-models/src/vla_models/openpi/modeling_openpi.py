@@ -44,7 +44,14 @@ from vla_models.openpi.flow_logprob import (
     step_mean_std,
     timesteps,
 )
-from vla_models.openpi.processing_openpi import OpenPiNormalizer, PromptTokenizer, stack_cameras
+from vla_models.openpi.processing_openpi import (
+    OpenPiNormalizer,
+    PromptTokenizer,
+    aloha_actions_from_pi,
+    aloha_actions_to_pi,
+    aloha_state_to_pi,
+    stack_cameras,
+)
 from vla_models.policy_output import PolicyOutput
 from vla_models.value_head import ValueHead
 
@@ -254,7 +261,7 @@ class OpenPiPolicy(nn.Module):
 
     ``forward_inputs`` (leading dim B, fixed widths, so rollouts stack with ``torch.cat``): ``images`` uint8
     ``[B, N, S, S, 3]``, ``image_mask`` ``[B, N]``, ``input_ids`` / ``text_mask`` ``[B, L]``, ``states`` float32
-    ``[B, D]`` (raw), ``chains`` float32 ``[B, K+1, H, 32]`` (every point of the denoising chain),
+    ``[B, D]`` (raw; in pi0's ALOHA convention with ``adapt_to_pi``), ``chains`` float32 ``[B, K+1, H, 32]`` (every point of the denoising chain),
     ``denoise_inds`` int64 ``[B]`` (the scored step; -1 greedy, -2 every step), ``noise_level`` and ``temperature``
     float32 ``[B]`` (as sampled, so annealing and temperature are recomputed exactly).
     """
@@ -338,6 +345,8 @@ class OpenPiPolicy(nn.Module):
         )
         if cfg.state_indices is not None:
             states = states[:, list(cfg.state_indices)]
+        if cfg.adapt_to_pi:  # the state in pi0's ALOHA convention (what normalisation and delta actions see)
+            states = aloha_state_to_pi(states)
         if states.shape[1] > cfg.model_action_dim:
             raise ValueError(
                 f"states have {states.shape[1]} dims, more than model_action_dim={cfg.model_action_dim}; "
@@ -627,12 +636,15 @@ class OpenPiPolicy(nn.Module):
     # ---- action space -------------------------------------------------------------------------------------
     def actions_from_model(self, x: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """Model actions ``[B, H, 32]`` -> env actions ``[B, C, A]``: un-normalise, relative -> absolute on the
-        ``delta_action_mask`` dims (adding the raw state), keep the first C steps and A dims."""
+        ``delta_action_mask`` dims (adding the state), ALOHA's joint flips and gripper map with ``adapt_to_pi``,
+        keep the first C steps and A dims."""
         cfg = self.config
         a = x.float()
         if self.action_normalizer is not None:
             a = self.action_normalizer.unnormalize(a)
         a = self._shift_by_state(a, states, +1.0)
+        if cfg.adapt_to_pi:
+            a = aloha_actions_from_pi(a)
         return a[:, : cfg.num_action_chunks, : cfg.action_dim]
 
     def _shift_by_state(self, a: torch.Tensor, states: torch.Tensor, sign: float) -> torch.Tensor:
@@ -651,6 +663,8 @@ class OpenPiPolicy(nn.Module):
         """Env actions ``[B, C, A]`` -> the model's normalised ``[B, H, 32]`` (the last step repeated to H)."""
         cfg = self.config
         a = F.pad(expert_actions.float(), (0, cfg.model_action_dim - expert_actions.shape[-1]))
+        if cfg.adapt_to_pi:
+            a = aloha_actions_to_pi(a)
         a = self._shift_by_state(a, states, -1.0)
         if self.action_normalizer is not None:
             a = self.action_normalizer.normalize(a)

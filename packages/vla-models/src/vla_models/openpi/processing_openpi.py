@@ -160,3 +160,60 @@ def stack_cameras(obs: Mapping[str, Any], num_images: int, size: int) -> tuple[t
     while len(cams) < num_images:
         cams.append(torch.zeros_like(cams[0]))
     return torch.stack(cams, dim=1), mask
+
+
+# ---- ALOHA <-> pi0 space (``adapt_to_pi``; openpi's ``aloha_policy``) ------------------------------------------
+# joints whose sign differs between the ALOHA runtime and pi0's training data (two arms of 6 joints + gripper)
+ALOHA_JOINT_FLIP = (1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0, 1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0)
+ALOHA_GRIPPERS = (6, 13)
+
+
+def _lin(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    return (x - lo) / (hi - lo)
+
+
+def _unlin(x: torch.Tensor, lo: float, hi: float) -> torch.Tensor:
+    return x * (hi - lo) + lo
+
+
+def aloha_gripper_to_angular(x: torch.Tensor) -> torch.Tensor:
+    """ALOHA's linear gripper position (normalised) -> pi0's angular gripper value in [0, 1] of its encoder range."""
+    pos = _unlin(x, 0.01844, 0.05800)  # puppet gripper open / closed positions (m)
+    arm, horn = 0.036, 0.022  # the Interbotix linkage
+    rad = torch.asin(((horn**2 + pos**2 - arm**2) / (2 * horn * pos)).clamp(-1.0, 1.0))
+    return _lin(rad, 0.5476, 1.6296)
+
+
+def aloha_gripper_from_angular(x: torch.Tensor) -> torch.Tensor:
+    """pi0's angular gripper value -> ALOHA's gripper joint value (normalised over its open / close joints)."""
+    return _lin(x + 0.5476, -0.6213, 1.4910)
+
+
+def aloha_gripper_from_angular_inv(x: torch.Tensor) -> torch.Tensor:
+    return _unlin(x, -0.6213, 1.4910) - 0.5476
+
+
+def _aloha_map(x: torch.Tensor, gripper_fn) -> torch.Tensor:
+    if x.shape[-1] < 14:
+        raise ValueError(f"adapt_to_pi needs the 14 ALOHA dims, got {x.shape[-1]}")
+    flip = torch.ones(x.shape[-1], dtype=x.dtype, device=x.device)
+    flip[:14] = torch.tensor(ALOHA_JOINT_FLIP, dtype=x.dtype, device=x.device)
+    out = x * flip
+    g = list(ALOHA_GRIPPERS)
+    out[..., g] = gripper_fn(out[..., g])
+    return out
+
+
+def aloha_state_to_pi(state: torch.Tensor) -> torch.Tensor:
+    """Env state -> pi0 state: joint flips, linear -> angular grippers."""
+    return _aloha_map(state.float(), aloha_gripper_to_angular)
+
+
+def aloha_actions_from_pi(actions: torch.Tensor) -> torch.Tensor:
+    """pi0 actions -> env actions: joint flips, angular -> ALOHA gripper joints."""
+    return _aloha_map(actions.float(), aloha_gripper_from_angular)
+
+
+def aloha_actions_to_pi(actions: torch.Tensor) -> torch.Tensor:
+    """Env actions -> pi0 actions (the inverse of ``aloha_actions_from_pi``, for supervised targets)."""
+    return _aloha_map(actions.float(), aloha_gripper_from_angular_inv)

@@ -133,6 +133,24 @@ def test_bad_values_give_one_clear_line(override: str, expected: str, capsys) ->
 
 
 @pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            "actor.model.openpi.noise_method=flow_magic",
+            "actor.model.openpi.noise_method='flow_magic' is not one of: flow_sde, flow_noise, flow_cps, flow_ode",
+        ),
+        ("+actor.model.openpi.noise_levl=0.3", "actor.model.openpi.noise_levl is not a pi0 / pi0.5 key"),
+        ("+actor.model.openpi.noise_anneal=true", "actor.model.openpi.noise_anneal=True is not supported"),
+        ("+actor.model.OpenPI.action_chunk=8", "actor.model.OpenPI.action_chunk=8 contradicts"),
+        ("actor.model.use_film=true", "actor.model.use_film=True is invalid with model_type='openpi'"),
+    ],
+)
+def test_bad_pi0_keys_give_one_clear_line(override: str, expected: str, capsys) -> None:
+    lines = _cli_errors(train_main, ["metaworld_ppo_pi0_tiny_cpu", override], capsys)
+    assert any(expected in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
     ("backend", "where"), [("local", "the local backend"), ("ray", "a private Ray instance")]
 )
 def test_gpus_this_machine_lacks_fail_fast(backend: str, where: str, capsys) -> None:

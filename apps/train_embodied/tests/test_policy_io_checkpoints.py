@@ -124,5 +124,5 @@ def test_pi0_section_builds_saves_and_loads_with_its_keys(tmp_path: Path) -> Non
     assert loaded.config.noise_method == "flow_sde" and loaded.config.num_steps == 3
     for k, v in policy.state_dict().items():
         assert torch.equal(v, loaded.state_dict()[k]), k
-    with pytest.raises(ValueError, match="actor.model: image_size=32 contradicts"):
+    with pytest.raises(ValueError, match=r"actor\.model: image_size=32 contradicts"):
         build_policy_for_run(_pi0_section(model_path=str(tmp_path / "pi0"), image_size=32), {"action_dim": 4})

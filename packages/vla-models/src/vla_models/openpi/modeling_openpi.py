@@ -599,7 +599,6 @@ class OpenPiPolicy(nn.Module):
             nl = torch.full((b,), cfg.noise_level_at(self.global_step) * temperature, device=dev)
             temp = torch.full((b,), float(temperature), device=dev)
             chain = [x]
-            all_rows = torch.arange(b, device=dev)
             for i in range(k_steps):
                 k = torch.full((b,), i, dtype=torch.long, device=dev)
                 v, h = self.expert_pass(prefix, None, x, self._times(k), fi["states"])
@@ -613,7 +612,6 @@ class OpenPiPolicy(nn.Module):
                 eps = torch.randn(x.shape, generator=generator, device=dev)
                 x = mean + std * eps
                 chain.append(x)
-            del all_rows
             fi.update(
                 chains=torch.stack(chain, dim=1).float(),
                 denoise_inds=inds,

@@ -23,6 +23,17 @@ REFERENCE_CONFIGS = [
     "metaworld_50_grpo_openvlaoft",
     "metaworld_ppo_tiny_cpu",
     "metaworld_grpo_tiny_cpu",
+    "metaworld_50_ppo_openpi",
+    "metaworld_50_ppo_openpi_pi05",
+    "metaworld_45_ppo_openpi",
+    "robotwin_adjust_bottle_ppo_OpenPI",
+    "robotwin_adjust_bottle_ppo_OpenPI_pi05",
+    "metaworld_50_ppo_openpi_eval",
+    "metaworld_50_ppo_openpi_pi05_eval",
+    "metaworld_45_ppo_openpi_eval",
+    "robotwin_adjust_bottle_ppo_OpenPI_eval",
+    "robotwin_adjust_bottle_ppo_OpenPI_pi05_eval",
+    "metaworld_ppo_pi0_tiny_cpu",
 ]
 
 
@@ -36,7 +47,11 @@ def test_every_config_composes_and_validates(name: str, tmp_path) -> None:
     assert tc.runner.logger.experiment_name == name
     assert tc.log_dir.startswith(str(tmp_path / name))
     assert tc.algorithm.adv_type == ("grpo" if "grpo" in name else "gae")
-    assert tc.actor.model.model_type == ("openvla" if name.endswith("_openvla") else "openvla_oft")
+    flow = "openpi" in name.lower() or "pi0" in name
+    assert tc.actor.model.model_type == (
+        "openpi" if flow else "openvla" if name.endswith("_openvla") else "openvla_oft"
+    )
+    assert tc.runner.only_eval == name.endswith("_eval")
     if tc.algorithm.adv_type == "grpo":
         assert tc.env_train.group_size == tc.algorithm.group_size and not tc.env_train.auto_reset
     # video folders resolve under the run's log dir
@@ -115,6 +130,24 @@ def test_bad_values_give_one_clear_line(override: str, expected: str, capsys) ->
     lines = _cli_errors(train_main, ["metaworld_ppo_tiny_cpu", override], capsys)
     assert any(expected in line for line in lines), lines
     assert all(line.startswith("vla-train: config error: ") for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        (
+            "actor.model.openpi.noise_method=flow_magic",
+            "actor.model.openpi.noise_method='flow_magic' is not one of: flow_sde, flow_noise, flow_cps, flow_ode",
+        ),
+        ("+actor.model.openpi.noise_levl=0.3", "actor.model.openpi.noise_levl is not a pi0 / pi0.5 key"),
+        ("+actor.model.openpi.noise_anneal=true", "actor.model.openpi.noise_anneal=True is not supported"),
+        ("+actor.model.OpenPI.action_chunk=8", "actor.model.OpenPI.action_chunk=8 contradicts"),
+        ("actor.model.use_film=true", "actor.model.use_film=True is invalid with model_type='openpi'"),
+    ],
+)
+def test_bad_pi0_keys_give_one_clear_line(override: str, expected: str, capsys) -> None:
+    lines = _cli_errors(train_main, ["metaworld_ppo_pi0_tiny_cpu", override], capsys)
+    assert any(expected in line for line in lines), lines
 
 
 @pytest.mark.parametrize(

@@ -83,3 +83,46 @@ def test_openvla_refuses_oft_only_keys() -> None:
     assert any(e.startswith("actor.model.num_images_in_input=2 is invalid") for e in errors)
     errors = ModelSection(implement_version="rlinf", use_proprio=True).check("actor.model")
     assert any("use_proprio=True is invalid with implement_version='rlinf'" in e for e in errors)
+
+
+def _pi0_section(**changes) -> ModelSection:
+    keys = dict(
+        model_type="openpi",
+        model_name="pi0_tiny",
+        size="tiny",
+        action_dim=4,
+        num_action_chunks=4,
+        image_size=64,
+        num_steps=3,
+        openpi={
+            "action_horizon": 4,
+            "noise_method": "flow_cps",
+            "value_after_vlm": True,
+            "max_token_len": 16,
+        },
+        extra={"patch_size": 16},
+    )
+    keys.update(changes)
+    return ModelSection(**keys)
+
+
+def test_pi0_section_builds_saves_and_loads_with_its_keys(tmp_path: Path) -> None:
+    policy = build_policy_for_run(_pi0_section(), {"action_dim": 4})
+    cfg = policy.config
+    assert (cfg.num_steps, cfg.noise_method, cfg.action_horizon, cfg.sizes.patch_size) == (
+        3,
+        "flow_cps",
+        4,
+        16,
+    )
+    assert cfg.critic_after_vlm and policy.value_head is not None
+    policy.save_pretrained(str(tmp_path / "pi0"))
+    # the run's RL keys override the folder's (noise method), architecture keys must agree
+    loaded = build_policy_for_run(
+        _pi0_section(model_path=str(tmp_path / "pi0"), OpenPI={"noise_method": "flow_sde"}), {"action_dim": 4}
+    )
+    assert loaded.config.noise_method == "flow_sde" and loaded.config.num_steps == 3
+    for k, v in policy.state_dict().items():
+        assert torch.equal(v, loaded.state_dict()[k]), k
+    with pytest.raises(ValueError, match=r"actor\.model: image_size=32 contradicts"):
+        build_policy_for_run(_pi0_section(model_path=str(tmp_path / "pi0"), image_size=32), {"action_dim": 4})

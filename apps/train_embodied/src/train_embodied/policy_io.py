@@ -34,6 +34,8 @@ def model_config(section: ModelSection, env_spec: dict[str, Any] | None = None) 
         raise ValueError(
             f"actor.model.action_dim={section.action_dim} does not match the env's action_dim={action_dim}"
         )
+    if section.model_type == "openpi":
+        return _openpi_config(section)
     common: dict[str, Any] = dict(
         action_dim=section.action_dim,
         num_action_chunks=section.num_action_chunks,
@@ -53,10 +55,43 @@ def model_config(section: ModelSection, env_spec: dict[str, Any] | None = None) 
     return OpenVLAConfig.tiny(image_size=section.image_size, **sizes, **common, **extra)
 
 
+def _openpi_fields(section: ModelSection) -> dict[str, Any]:
+    """`actor.model` as vla_models OpenPiConfig fields: the flat keys, then the `openpi` / `OpenPI` section
+    (which wins for `num_images_in_input`), then `extra`."""
+    fields: dict[str, Any] = dict(
+        action_dim=section.action_dim,
+        num_action_chunks=section.num_action_chunks,
+        add_value_head=section.add_value_head,
+        precision=section.precision,
+        num_images_in_input=section.num_images_in_input,
+    )
+    fields.update(section.openpi_settings())
+    fields.update(section.extra)
+    return fields
+
+
+def _openpi_config(section: ModelSection) -> Any:
+    from vla_models import config_from_dict
+
+    fields = _openpi_fields(section)
+    stats = fields.pop("norm_stats_path", None)
+    if stats is not None:
+        from vla_models.openpi.processing_openpi import read_norm_stats
+
+        fields["norm_stats"] = read_norm_stats(stats)
+    size = "tiny" if section.size == "tiny" else "pi0_base"
+    extra = {"image_size": section.image_size} if size == "tiny" else {}
+    return config_from_dict({"model_type": "openpi", "size": size, **extra, **fields})
+
+
 def load_settings(section: ModelSection) -> dict[str, Any]:
     """Every `actor.model` setting as `vla_models.load_policy` keywords: the architecture keys, which the
     checkpoint must agree with (a contradiction is an error naming the key), and the run's own keys (LoRA,
     value head, precision, un-normalisation key, `extra`)."""
+    if section.model_type == "openpi":
+        fields = _openpi_fields(section)
+        fields.pop("add_value_head")
+        return dict(model_type="openpi", image_size=section.image_size, **fields)
     settings: dict[str, Any] = dict(
         model_type=section.model_type,
         action_dim=section.action_dim,
@@ -128,6 +163,8 @@ def select_proprio(obs: dict[str, Any], section: ModelSection) -> dict[str, Any]
     the robot's own part (the first 4), as in the CPU prototype, so the task must be read from the image.
     """
     states = obs.get("states")
+    if section.model_type == "openpi" and not section.use_proprio:
+        return {**obs, "states": None}  # a policy without state input (e.g. pi0.5's MetaWorld preset)
     if not section.use_proprio or states is None or states.shape[-1] == section.proprio_dim:
         return obs
     if states.shape[-1] < section.proprio_dim:

@@ -32,6 +32,7 @@ def wants_sharding(section: FSDPSection) -> bool:
 def fsdp_config_for(section: FSDPSection, policy: nn.Module) -> Any:
     """The vla_infra `FSDPConfig` of `actor.fsdp_config` for `policy` (blocks: the `BLOCK_CLASSES` it has)."""
     from vla_infra.fsdp import FSDPConfig
+    from vla_models import fsdp_wrap_classes  # the block classes each registered family declares
 
     present = {type(m).__name__ for m in policy.modules()}
     mixed = section.mixed_precision
@@ -41,7 +42,7 @@ def fsdp_config_for(section: FSDPSection, policy: nn.Module) -> Any:
         gradient_checkpointing=section.gradient_checkpointing,
         cpu_offload=section.cpu_offload,
         reshard_after_forward=RESHARD_AFTER_FORWARD[section.sharding_strategy],
-        wrap_classes=tuple(c for c in BLOCK_CLASSES if c in present),
+        wrap_classes=tuple(c for c in dict.fromkeys((*BLOCK_CLASSES, *fsdp_wrap_classes())) if c in present),
         # the policies cast their own float inputs (states) to their dtype; the sampling temperature in the
         # rollout's forward_inputs must stay fp32, or bf16 mixed precision biases the recomputed log-probs
         cast_root_inputs=False,

@@ -403,11 +403,15 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
         ValueError: a malformed file, a setting the checkpoint contradicts, or weights that do not fit the
             config (missing/unexpected tensors or a wrong shape, named).
     """
+    from vla_models.families import family_for_checkpoint
     from vla_models.tokenizer import load_tokenizer
 
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"checkpoint folder {p} does not exist")
+    registered = family_for_checkpoint(p, overrides.get("model_type"))
+    if registered is not None:  # a family that registered its own layouts (e.g. openpi)
+        return registered.load(p, **overrides)
     d = read_json(p / "config.json")
     if not isinstance(d, dict):
         raise ValueError(f"{p / 'config.json'} does not hold a JSON object")

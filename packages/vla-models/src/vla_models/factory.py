@@ -6,6 +6,7 @@ from typing import Any
 
 from vla_models.checkpoint import load_policy
 from vla_models.dtypes import DTYPES, default_dtype
+from vla_models.families import family_of_config, registered_families
 from vla_models.openvla import OpenVLAConfig, OpenVLAPolicy
 from vla_models.openvla_oft import OpenVLAOFTConfig, OpenVLAOFTPolicy
 from vla_models.policy_base import PrismaticVLAPolicy
@@ -26,8 +27,13 @@ def config_from_dict(d: dict[str, Any]) -> OpenVLAConfig:
     """
     d = dict(d)
     model_type = d.pop("model_type", None)
+    registered = registered_families()
+    if model_type in registered:
+        return registered[model_type].config_from_dict(d)
     if model_type not in _FAMILIES:
-        raise ValueError(f"model_type={model_type!r} is not supported; allowed: {sorted(_FAMILIES)}")
+        raise ValueError(
+            f"model_type={model_type!r} is not supported; allowed: {sorted({*_FAMILIES, *registered})}"
+        )
     cls = _FAMILIES[model_type]
     size = d.pop("size", "7b")
     if size == "tiny":
@@ -50,6 +56,9 @@ def build_policy(config: OpenVLAConfig, **overrides: Any) -> PrismaticVLAPolicy:
     proprio, cameras) must agree with the checkpoint (see ``load_policy``). Otherwise random weights are initialised and the
     tokenizer is the in-code tiny one (``tokenizer="tiny"``), so it works fully offline.
     """
+    family = family_of_config(config)
+    if family is not None:
+        return family.build(config.replace(**overrides) if overrides else config)
     if not isinstance(config, OpenVLAConfig):
         raise TypeError(f"config must be an OpenVLAConfig or OpenVLAOFTConfig, got {type(config).__name__}")
     if overrides:

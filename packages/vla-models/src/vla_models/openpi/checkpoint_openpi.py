@@ -1,0 +1,349 @@
+"""pi0 / pi0.5 checkpoint folders (safetensors only; a ``.pt`` in the folder, e.g. the reference framework's
+``metadata.pt``, is never opened).
+
+Layouts read (detected from the tensor names):
+
+* ``openpi``: openpi's ``PI0Pytorch`` names (``paligemma_with_expert.*``, ``action_in_proj``, ...), as openpi's
+  converter and the reference framework's released checkpoints write them, and as ``save_pretrained`` writes;
+  SigLIP under ``vision_tower.vision_model.``, the tied embedding as ``paligemma.lm_head.weight`` only, and an
+  unused ``gemma_expert.lm_head.weight``.
+* ``lerobot``: the same names behind ``model.``.
+* ``transformers_pi0``: transformers' ``PI0ForConditionalGeneration`` (``model.vlm.*``, ``model.dit.*``,
+  ``embed_action_time.*``, ``action_out_proj``), whose dit carries an unused token embedding.
+
+Tensors the layout is known to carry unused are dropped (logged); any other tensor the model lacks, or a tensor the
+model needs and the folder lacks, is an error naming them. Norm stats come from ``norm_stats_path``, else
+``assets/<asset_id>/norm_stats.json``, ``<asset_id>/norm_stats.json``, the one ``assets/*/norm_stats.json`` or
+``norm_stats.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from vla_models.checkpoint import INDEX_NAME, read_json, read_state_dict
+from vla_models.dtypes import default_dtype
+from vla_models.openpi.configuration_openpi import CONFIG_PRESETS, OpenPiConfig, PaliGemmaExpertSizes
+from vla_models.openpi.processing_openpi import read_norm_stats, write_norm_stats
+
+logger = logging.getLogger(__name__)
+
+LAYOUTS = ("openpi", "lerobot", "transformers_pi0")
+_PG = "paligemma_with_expert.paligemma."
+_EMBED = _PG + "model.language_model.embed_tokens.weight"
+_LM_HEAD = _PG + "lm_head.weight"
+_VISION = _PG + "model.vision_tower."
+_UNUSED = (
+    "paligemma_with_expert.gemma_expert.lm_head.weight",
+    "paligemma_with_expert.gemma_expert.model.embed_tokens.weight",
+)
+_OPTIONAL_HEADS = ("value_head.", "noise_head.")
+# folder facts a setting may not contradict
+_ARCH_FIELDS = ("pi05", "action_horizon", "model_action_dim")
+
+
+def detect_layout(keys: Any) -> str | None:
+    keys = list(keys)
+    if any(k.startswith(("model.vlm.", "model.dit.", "embed_action_time.")) for k in keys):
+        return "transformers_pi0"
+    if any(k.startswith("model.paligemma_with_expert.") for k in keys):
+        return "lerobot"
+    if any(k.startswith("paligemma_with_expert.") for k in keys):
+        return "openpi"
+    return None
+
+
+def is_openpi_folder(path: Path) -> bool:
+    """Whether ``path`` holds a pi0 / pi0.5 checkpoint (a saved config naming the family, or openpi tensor names)."""
+    cfg = path / "config.json"
+    if cfg.is_file():
+        try:
+            d = json.loads(cfg.read_text())
+        except ValueError:
+            return False
+        if isinstance(d, dict):
+            if isinstance(d.get("vla_models"), dict):
+                return d["vla_models"].get("family") == "openpi"
+            if d.get("type") in ("pi0", "pi05") or d.get("model_type") == "pi0" or "paligemma_variant" in d:
+                return True
+    index = path / INDEX_NAME
+    if index.is_file():
+        try:
+            return detect_layout(json.loads(index.read_text()).get("weight_map", {})) is not None
+        except ValueError:
+            return False
+    single = path / "model.safetensors"
+    if single.is_file():
+        from safetensors import safe_open
+
+        with safe_open(str(single), framework="pt") as f:
+            return detect_layout(f.keys()) is not None
+    return False
+
+
+def to_internal(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], str, list[str]]:
+    """A folder's tensors -> this package's names; returns (tensors, layout, dropped unused names)."""
+    layout = detect_layout(sd)
+    if layout is None:
+        raise ValueError(
+            "no pi0 tensors found (expected paligemma_with_expert.*, model.paligemma_with_expert.* "
+            "or transformers' model.vlm.* / model.dit.*)"
+        )
+    out: dict[str, torch.Tensor] = {}
+    dropped: list[str] = []
+    for k, v in sd.items():
+        name = k
+        if layout == "lerobot":
+            name = name.removeprefix("model.")
+        elif layout == "transformers_pi0":
+            if name == "model.dit.embed_tokens.weight":
+                dropped.append(k)
+                continue
+            if name.startswith("model.vlm."):
+                name = _PG + "model." + name.removeprefix("model.vlm.")
+            elif name.startswith("model.dit."):
+                name = "paligemma_with_expert.gemma_expert.model." + name.removeprefix("model.dit.")
+            elif name.startswith("embed_action_time."):
+                name = name.removeprefix("embed_action_time.")
+        if name in _UNUSED:
+            dropped.append(k)
+            continue
+        name = name.replace(".vision_tower.vision_model.", ".vision_tower.")
+        if name == _LM_HEAD:
+            if _EMBED in out or any(x.endswith("language_model.embed_tokens.weight") for x in sd):
+                dropped.append(k)
+                continue
+            name = _EMBED
+        out[name] = v
+    return out, layout, dropped
+
+
+def to_openpi_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """This package's names -> openpi's (SigLIP's ``vision_model.`` infix, the embedding as ``lm_head``)."""
+    out = {}
+    for k, v in sd.items():
+        if k == _EMBED:
+            out[_LM_HEAD] = v
+        elif k.startswith(_VISION):
+            out[_VISION + "vision_model." + k.removeprefix(_VISION)] = v
+        else:
+            out[k] = v
+    return out
+
+
+def to_transformers_pi0_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """This package's names -> transformers' ``PI0ForConditionalGeneration`` (pi0 only)."""
+    out = {}
+    for k, v in sd.items():
+        if k.startswith(_PG + "model."):
+            out["model.vlm." + k.removeprefix(_PG + "model.")] = v
+        elif k.startswith("paligemma_with_expert.gemma_expert.model."):
+            out["model.dit." + k.removeprefix("paligemma_with_expert.gemma_expert.model.")] = v
+        elif k.split(".")[0] in ("state_proj", "action_in_proj", "action_time_mlp_in", "action_time_mlp_out"):
+            out["embed_action_time." + k] = v
+        elif k.startswith(_OPTIONAL_HEADS):
+            continue
+        else:
+            out[k] = v
+    return out
+
+
+def _facts_from_tensors(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
+    facts: dict[str, Any] = {"pi05": any(k.startswith("time_mlp_in.") for k in sd)}
+    if "action_in_proj.weight" in sd:
+        facts["model_action_dim"] = int(sd["action_in_proj.weight"].shape[1])
+    return facts
+
+
+def _published_config(d: dict[str, Any], sd: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Config fields of a folder without our block (openpi / lerobot / transformers config.json): real sizes,
+    the action horizon it states and what the tensors show."""
+    cd: dict[str, Any] = {"sizes": PaliGemmaExpertSizes.pi0_base(), "tokenizer": "checkpoint"}
+    horizon = d.get("action_horizon", d.get("chunk_size", d.get("n_action_steps")))
+    if isinstance(horizon, int):
+        cd["action_horizon"] = horizon
+    cd.update(_facts_from_tensors(sd))
+    return cd
+
+
+def find_norm_stats(folder: Path, asset_id: str | None) -> Path | None:
+    candidates = []
+    if asset_id:
+        candidates += [
+            folder / "assets" / asset_id / "norm_stats.json",
+            folder / asset_id / "norm_stats.json",
+        ]
+    found = sorted((folder / "assets").glob("**/norm_stats.json")) if (folder / "assets").is_dir() else []
+    if len(found) == 1:
+        candidates.append(found[0])
+    candidates.append(folder / "norm_stats.json")
+    return next((c for c in candidates if c.is_file()), None)
+
+
+def load_openpi(path: str | Path, **overrides: Any) -> Any:
+    """Load pi0 / pi0.5 from a folder in any of ``LAYOUTS``.
+
+    ``overrides`` are ``OpenPiConfig`` fields (``config_name`` fills the preset's settings first), plus
+    ``norm_stats_path`` and ``model_type`` (must be "openpi"). What the folder fixes (``pi05``, ``action_horizon``,
+    ``model_action_dim``, the sizes) may not be contradicted (an error names the key). The value head and the
+    flow_noise head follow the config: added fresh when asked for and absent, dropped (logged) when present and
+    not asked for.
+    """
+    from vla_models.openpi.modeling_openpi import OpenPiPolicy
+    from vla_models.tokenizer import build_tiny_tokenizer, load_tokenizer
+
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {p} does not exist")
+    overrides = dict(overrides)
+    model_type = overrides.pop("model_type", "openpi")
+    if model_type != "openpi":
+        raise ValueError(f"model_type={model_type!r} contradicts the checkpoint at {p}, which holds 'openpi'")
+    stats_path = overrides.pop("norm_stats_path", None)
+    d = read_json(p / "config.json") if (p / "config.json").exists() else {}
+    raw = read_state_dict(p)
+    sd, layout, dropped = to_internal(raw)
+    if dropped:
+        logger.info("%s (%s layout): unused tensors not loaded: %s", p, layout, dropped)
+    if isinstance(d.get("vla_models"), dict):
+        cd = dict(d["vla_models"])
+        cd.pop("family", None)
+    else:
+        cd = _published_config(d, sd)
+    sizes = cd.get("sizes")
+    sizes = PaliGemmaExpertSizes(**sizes) if isinstance(sizes, dict) else sizes
+    for key in ("image_size", "patch_size"):
+        given = overrides.pop(key, None)
+        if given is not None and given != getattr(sizes, key):
+            raise ValueError(
+                f"{key}={given!r} contradicts the checkpoint at {p}, which has {key}={getattr(sizes, key)!r}; "
+                f"set {key}: {getattr(sizes, key)!r} or leave it unset"
+            )
+    facts = {k: cd[k] for k in _ARCH_FIELDS if k in cd}
+    facts.update({k: v for k, v in _facts_from_tensors(sd).items() if k in _ARCH_FIELDS})
+    name = overrides.get("config_name", cd.get("config_name"))
+    preset = CONFIG_PRESETS.get(name, {}) if name else {}
+    merged = {**cd, **{k: v for k, v in preset.items() if k not in facts}, **overrides}
+    for key, saved in facts.items():
+        given = overrides.get(key, preset.get(key))
+        if given is not None and given != saved:
+            raise ValueError(
+                f"{key}={given!r} contradicts the checkpoint at {p}, which has {key}={saved!r}; "
+                f"set {key}: {saved!r} or leave it unset"
+            )
+        merged[key] = saved
+    merged["model_path"] = str(p)
+    if stats_path is not None:
+        merged["norm_stats"] = read_norm_stats(stats_path)
+    elif merged.get("norm_stats") is None:
+        found = find_norm_stats(p, merged.get("asset_id"))
+        if found is not None:
+            merged["norm_stats"] = read_norm_stats(found)
+    try:
+        cfg = OpenPiConfig.from_dict(merged)
+    except TypeError as e:
+        raise ValueError(f"{p}: {e}") from None
+    if cfg.tokenizer == "tiny":
+        tokenizer = build_tiny_tokenizer(vocab_size=cfg.sizes.vocab_size - 1, n_bins=8)
+    else:
+        tokenizer = load_tokenizer(p if cfg.tokenizer == "checkpoint" else cfg.tokenizer)
+    with default_dtype(torch.float32):
+        policy = OpenPiPolicy(cfg, tokenizer)
+    own = policy.state_dict()
+    for head in _OPTIONAL_HEADS:
+        have = [k for k in sd if k.startswith(head)]
+        want = [k for k in own if k.startswith(head)]
+        if have and not want:
+            logger.info("%s: %s tensors dropped (not configured)", p, head.rstrip("."))
+            for k in have:
+                sd.pop(k)
+        elif want and not have:
+            logger.info("%s: no %s tensors; a fresh one is initialised", p, head.rstrip("."))
+            sd.update({k: own[k] for k in want})
+        elif want and set(have) != set(want):
+            raise ValueError(
+                f"{p}: the {head.rstrip('.')} tensors do not match (missing "
+                f"{sorted(set(want) - set(have))}, unexpected {sorted(set(have) - set(want))})"
+            )
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    if missing or unexpected:
+        hint = ""
+        if cfg.pi05 and any(k.endswith("layernorm.weight") and "gemma_expert" in k for k in unexpected):
+            hint = (
+                " (pi0.5 needs adaptive expert norms, '...layernorm.dense.*'; this looks like a pi0 expert)"
+            )
+        raise ValueError(
+            f"{p} ({layout} layout) does not fit the config: missing {_short(missing)}, "
+            f"unexpected {_short(unexpected)}{hint}"
+        )
+    for k, v in sd.items():
+        if tuple(v.shape) != tuple(own[k].shape):
+            raise ValueError(
+                f"{p}: tensor {k} has shape {list(v.shape)}, the config needs {list(own[k].shape)}"
+            )
+    policy.load_state_dict(sd, strict=True)
+    return policy.finalize()
+
+
+def _short(names: list[str], n: int = 8) -> str:
+    if not names:
+        return "[]"
+    more = f" and {len(names) - n} more" if len(names) > n else ""
+    return "[" + ", ".join(names[:n]) + "]" + more
+
+
+def save_openpi(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 1024**3) -> None:
+    """Write ``policy`` in the openpi layout: weights (sharded past ``max_shard_bytes`` with an index), openpi's
+    config fields plus a ``"vla_models"`` block, ``assets/<asset_id>/norm_stats.json`` and the tokenizer."""
+    cfg: OpenPiConfig = policy.config
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    sd = to_openpi_names({k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()})
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for k in sorted(sd):
+        nbytes = sd[k].numel() * sd[k].element_size()
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][k] = sd[k]
+        size += nbytes
+    if len(shards) == 1:
+        save_file(shards[0], str(out / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map: dict[str, str] = {}
+        for i, shard in enumerate(shards, start=1):
+            name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(out / name), metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(shard, name))
+        total = sum(t.numel() * t.element_size() for t in sd.values())
+        (out / INDEX_NAME).write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
+        )
+    vla = cfg.to_dict()
+    vla["family"] = "openpi"
+    vla["model_path"] = None
+    vla["norm_stats"] = None
+    if cfg.tokenizer != "tiny":
+        vla["tokenizer"] = "checkpoint"
+        policy.tokenizer.save_pretrained(str(out))
+    tiny = cfg.sizes != PaliGemmaExpertSizes.pi0_base()
+    d = {
+        "action_dim": cfg.model_action_dim,
+        "action_horizon": cfg.action_horizon,
+        "paligemma_variant": "custom" if tiny else "gemma_2b",
+        "action_expert_variant": "custom" if tiny else "gemma_300m",
+        "precision": {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}[cfg.precision],
+        "pi05": cfg.pi05,
+        "vla_models": vla,
+    }
+    (out / "config.json").write_text(json.dumps(d, indent=2))
+    if cfg.norm_stats:
+        write_norm_stats(out / "assets" / (cfg.asset_id or "default") / "norm_stats.json", cfg.norm_stats)

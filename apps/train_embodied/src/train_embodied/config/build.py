@@ -254,7 +254,8 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             f"env.train.max_steps_per_rollout_epoch={tc.train_run.max_steps_per_rollout_epoch!r} is invalid: "
             f"must be a multiple of actor.model.num_action_chunks={model.num_action_chunks!r}"
         )
-    if not model.model_path:
+    # OpenVLA families are built for the env's square frames; pi0 / pi0.5 resize any frame with padding
+    if not model.model_path and model.model_type != "openpi":
         for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
             if env.image_hw != (model.image_size, model.image_size):
                 errors.append(

@@ -105,7 +105,8 @@ def shrunk_overrides(name: str) -> list[str]:
     else:  # the OpenVLA families' tiny widths (pi0's tiny size fixes its own)
         out += [
             "++actor.model.extra.hidden_size=64",
-            "++actor.model.extra.prompt_length=64",  # the tiny default (32 tokens) is shorter than LIBERO-10's
+            # the tiny default (32 tokens) is shorter than LIBERO-10's prompts; RoboTwin's reach 70 tokens
+            f"++actor.model.extra.prompt_length={128 if train.env_type == 'robotwin' else 64}",
         ]
     for section, env in (("train", train), ("eval", tc.env_eval)):
         if not (env.env_type == "robotwin" and env.extra.get("center_crop") is False):  # native frame only

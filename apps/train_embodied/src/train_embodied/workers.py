@@ -196,7 +196,9 @@ class RolloutWorker(Worker):
             StaleWeightsError: the update that arrives is not `version` (a missed or repeated sync).
         """
         self.offloader.reload()
-        update = self._weight_transport.recv()
+        update = self._weight_transport.recv(
+            self.policy.state_dict(keep_vars=True), held_version=self._weight_receiver.version
+        )
         if update is None or update.version != version:
             got = None if update is None else update.version
             raise StaleWeightsError(

@@ -206,7 +206,8 @@ class WeightReceiver:
                 raise ValueError(
                     f"shape mismatch for {name!r}: update {tuple(src.shape)} vs model {tuple(dst.shape)}"
                 )
-            dst.data.copy_(src)
+            if src.data_ptr() != dst.data_ptr():  # else the transport already wrote it in place
+                dst.data.copy_(src)
         self.version = update.version
         return self.version
 
@@ -219,7 +220,13 @@ class WeightTransport(Protocol):
 
     def send(self, update: WeightUpdate) -> None: ...
 
-    def recv(self) -> WeightUpdate | None: ...
+    def recv(
+        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
+    ) -> WeightUpdate | None:
+        """The next update. A transport may write tensors straight into ``targets`` (name -> the receiver's
+        tensor, holding version ``held_version``) when the update applies on top of that version and shape,
+        dtype and device match; it returns those tensors in the update."""
+        ...
 
 
 class InProcessTransport:
@@ -240,7 +247,9 @@ class InProcessTransport:
             WeightUpdate(version=update.version, base_version=update.base_version, tensors=tensors)
         )
 
-    def recv(self) -> WeightUpdate | None:
+    def recv(
+        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
+    ) -> WeightUpdate | None:
         try:
             return self._queue.get_nowait()
         except queue.Empty:
@@ -410,7 +419,13 @@ class TorchDistributedTransport:
             self._broadcast(buf)
         self._local = update
 
-    def recv(self) -> WeightUpdate | None:
+    def recv(
+        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
+    ) -> WeightUpdate | None:
+        """Receive the next update. A tensor sent on its own lands straight in its ``targets`` tensor (no staging
+        copy) when that one is contiguous with the same shape and dtype on the transport's device and the update
+        applies on top of ``held_version`` (newer; a delta based on it); else it is staged, so a receiver that
+        refuses the update keeps its weights."""
         if self.rank == self.src:
             update, self._local = self._local, None
             return update
@@ -422,10 +437,25 @@ class TorchDistributedTransport:
             int(torch.Size(shape).numel()) * torch.empty((), dtype=dt).element_size()
             for shape, dt in zip(meta["shapes"], dtypes)
         ]
+        applies = meta["version"] > held_version and meta["base_version"] in (None, held_version)
+        in_place = targets if applies else None
         tensors: dict[str, torch.Tensor] = {}
         for bucket in self._buckets(sizes):
             if not bucket:
                 continue
+            if len(bucket) == 1 and in_place is not None:
+                i = bucket[0]
+                dst = in_place.get(meta["names"][i])
+                if (
+                    dst is not None
+                    and dst.dtype == dtypes[i]
+                    and list(dst.shape) == list(meta["shapes"][i])
+                    and dst.device == self.device
+                    and dst.is_contiguous()
+                ):
+                    self._broadcast(dst.detach().reshape(-1).view(torch.uint8))
+                    tensors[meta["names"][i]] = dst.detach()
+                    continue
             buf = torch.empty(sum(sizes[i] for i in bucket), dtype=torch.uint8, device=self.device)
             self._broadcast(buf)
             offset = 0
@@ -489,7 +519,11 @@ class WeightSync:
                 self.transport.send(update)
                 sent = True
         if self.receiver is not None or (self.transport.collective and not sent):
-            update = self.transport.recv()
+            if self.receiver is None or sent:
+                update = self.transport.recv()
+            else:
+                targets = self.receiver.model.state_dict(keep_vars=True)
+                update = self.transport.recv(targets, held_version=self.receiver.version)
             if self.receiver is not None:
                 if update is None:
                     raise RuntimeError("no weight update pending for the rollout side")

@@ -30,6 +30,7 @@ from vla_infra import Worker, register
 from vla_infra.offload import ModelOffloader, is_offloaded
 from vla_infra.weight_sync import (
     PeerGroup,
+    ShardGatherFollower,
     StaleWeightsError,
     TorchDistributedTransport,
     WeightReceiver,
@@ -302,9 +303,11 @@ class ActorWorker(Worker):
     @register("one_to_all", collect="none")
     def join_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
         """Rank 0 joins the actor -> rollout peer group as member 0, the sender. The other ranks only join the
-        full-weight gather of a sharded policy when weights are sent. The next send is a full one."""
-        self._weight_sender = WeightSender(self.policy)
-        self._weight_transport = None
+        gathers of a sharded policy's tensors when weights are sent. The next send is a full one."""
+        # a sharded policy streams: each tensor is gathered only when its bucket is sent (ranks > 0 join the
+        # gathers), so no rank holds the full weights
+        self._weight_sender = WeightSender(self.policy, stream=True)
+        self._weight_transport: TorchDistributedTransport | ShardGatherFollower | None = ShardGatherFollower()
         if self.rank == 0:
             peers = PeerGroup(host, port, rank=0, world_size=world_size, backend=backend)
             self._weight_transport = TorchDistributedTransport(peers=peers)

@@ -38,6 +38,7 @@ from vla_infra.fsdp import full_state_dict, is_fsdp_model
 __all__ = [
     "InProcessTransport",
     "PeerGroup",
+    "ShardGatherFollower",
     "StaleWeightsError",
     "TorchDistributedTransport",
     "WeightReceiver",
@@ -96,7 +97,10 @@ class WeightSender:
     """Actor side: builds versioned updates from the model's full state dict.
 
     With an FSDP2 model, :meth:`build_update` is a collective (all actor ranks call it) and only ``src_rank``
-    (the rank that sends) returns an update; the others return None.
+    (the rank that sends) returns an update; the others return None. With ``stream=True`` (and ``mode="full"``)
+    nothing is gathered there: every rank returns an update of its sharded tensors, the source rank hands it
+    to a :class:`TorchDistributedTransport` and the others to a :class:`ShardGatherFollower`, and each tensor
+    is gathered just before its bucket is sent, so no rank ever holds the full weights.
     """
 
     def __init__(
@@ -106,21 +110,30 @@ class WeightSender:
         mode: SyncMode = "full",
         trainable_only: bool = False,
         src_rank: int = 0,
+        stream: bool = False,
     ) -> None:
         if mode not in ("full", "delta"):
             raise ValueError(f"mode={mode!r} is not supported; allowed: 'full', 'delta'")
         self.model = model
+        self.stream = stream
         self.mode: SyncMode = mode
         self.trainable_only = trainable_only
         self.src_rank = src_rank
         self.version = 0
         self._snapshot: dict[str, torch.Tensor] = {}
 
+    @property
+    def _streams(self) -> bool:
+        return self.stream and self.mode == "full" and is_fsdp_model(self.model)
+
     def _is_source(self) -> bool:
         return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == self.src_rank
 
     def _state_dict(self) -> dict[str, torch.Tensor]:
-        if is_fsdp_model(self.model):
+        if self._streams:
+            # sharded tensors as they are: the transport gathers each one just before it goes out
+            state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        elif is_fsdp_model(self.model):
             # Every actor rank must join the all-gather; rank 0 receives the CPU copy.
             state = full_state_dict(self.model, cpu_offload=True)
             if self.src_rank != 0:
@@ -144,7 +157,7 @@ class WeightSender:
                 f"version {version} is not newer than the last sent version {self.version}"
             )
         state = self._state_dict()
-        if not self._is_source():
+        if not self._is_source() and not self._streams:
             if version is not None:
                 self.version = version
             return None
@@ -254,6 +267,53 @@ class InProcessTransport:
             return self._queue.get_nowait()
         except queue.Empty:
             return None
+
+
+def bucket_indices(sizes: list[int], *, bucket_bytes: int, direct_bytes: int) -> list[list[int]]:
+    """Group tensor indices for sending: small tensors packed up to ``bucket_bytes``, large ones
+    (>= ``direct_bytes``) alone, so they travel from their own storage without a packing copy. Empty groups
+    are dropped."""
+    buckets: list[list[int]] = [[]]
+    used = 0
+    for i, size in enumerate(sizes):
+        if size >= direct_bytes:
+            buckets.extend([[i], []])
+            used = 0
+            continue
+        if buckets[-1] and used + size > bucket_bytes:
+            buckets.append([])
+            used = 0
+        buckets[-1].append(i)
+        used += size
+    return [b for b in buckets if b]
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: a sharded (DTensor) one is gathered first (a collective over its mesh)."""
+    full_tensor = getattr(t, "full_tensor", None)
+    return full_tensor() if callable(full_tensor) else t
+
+
+def _num_bytes(t: torch.Tensor) -> int:
+    return int(t.numel()) * t.element_size()  # a DTensor reports its global shape
+
+
+class ShardGatherFollower:
+    """The part a sharded actor rank other than the sender plays in a streamed send: it joins each tensor's
+    gather in the same order as the sender's transport (same bucket sizes), and sends nothing."""
+
+    collective = True
+
+    def __init__(self, *, bucket_bytes: int = 256 << 20, direct_bytes: int = 1 << 20) -> None:
+        self.bucket_bytes = bucket_bytes
+        self.direct_bytes = direct_bytes
+
+    def send(self, update: WeightUpdate) -> None:
+        tensors = list(update.tensors.values())
+        sizes = [_num_bytes(t) for t in tensors]
+        for bucket in bucket_indices(sizes, bucket_bytes=self.bucket_bytes, direct_bytes=self.direct_bytes):
+            for i in bucket:
+                _full(tensors[i])
 
 
 class PeerGroup:
@@ -379,27 +439,13 @@ class TorchDistributedTransport:
         return json.loads(buf.cpu().numpy().tobytes().decode())
 
     def _buckets(self, sizes: list[int]) -> list[list[int]]:
-        """Group tensor indices: small tensors packed up to ``bucket_bytes``, large ones (>= ``direct_bytes``)
-        alone, so they are broadcast from their own storage without a packing copy."""
-        buckets: list[list[int]] = [[]]
-        used = 0
-        for i, size in enumerate(sizes):
-            if size >= self.direct_bytes:
-                buckets.extend([[i], []])
-                used = 0
-                continue
-            if buckets[-1] and used + size > self.bucket_bytes:
-                buckets.append([])
-                used = 0
-            buckets[-1].append(i)
-            used += size
-        return buckets
+        return bucket_indices(sizes, bucket_bytes=self.bucket_bytes, direct_bytes=self.direct_bytes)
 
     def send(self, update: WeightUpdate) -> None:
         if self.rank != self.src:
             raise RuntimeError(f"send() called on rank {self.rank} but the source rank is {self.src}")
         names = list(update.tensors)
-        tensors = [update.tensors[n].detach().contiguous() for n in names]
+        tensors = [update.tensors[n].detach() for n in names]
         meta = {
             "version": update.version,
             "base_version": update.base_version,
@@ -408,14 +454,15 @@ class TorchDistributedTransport:
             "dtypes": [str(t.dtype).removeprefix("torch.") for t in tensors],
         }
         self._broadcast_meta(meta)
-        flat = [t.reshape(-1).view(torch.uint8) for t in tensors]
-        for bucket in self._buckets([f.numel() for f in flat]):
-            if not bucket:
-                continue
+
+        def as_bytes(i: int) -> torch.Tensor:  # a sharded tensor is gathered only now, bucket by bucket
+            return _full(tensors[i]).contiguous().reshape(-1).view(torch.uint8)
+
+        for bucket in self._buckets([_num_bytes(t) for t in tensors]):
             if len(bucket) == 1:
-                buf = flat[bucket[0]].to(self.device)
+                buf = as_bytes(bucket[0]).to(self.device)
             else:
-                buf = torch.cat([flat[i].to(self.device) for i in bucket])
+                buf = torch.cat([as_bytes(i).to(self.device) for i in bucket])
             self._broadcast(buf)
         self._local = update
 
@@ -441,8 +488,6 @@ class TorchDistributedTransport:
         in_place = targets if applies else None
         tensors: dict[str, torch.Tensor] = {}
         for bucket in self._buckets(sizes):
-            if not bucket:
-                continue
             if len(bucket) == 1 and in_place is not None:
                 i = bucket[0]
                 dst = in_place.get(meta["names"][i])

@@ -99,33 +99,38 @@ class RunWorkers:
         self.weight_version: int | None = None  # the version last synced to the rollout (None: never)
         self._peer_group_ready = False
 
-    def sync_weights(self, version: int) -> None:
+    def sync_weights(self, version: int) -> dict[str, int] | None:
         """Actor -> rollout weight sync as version `version`.
 
         Local backend: one process, the rollout copies the actor's tensors. Ray backend: the actor's rank 0
         broadcasts straight to the rollout ranks over a peer group (gloo on the CPU, NCCL when every member
         has a GPU); the driver only tells both sides the version, so no weight passes through it.
+
+        Returns:
+            Ray backend: the `tensors` and `bytes` rollout rank 0 received; local backend: None.
         """
         assert self.actor is not None
         if self.weight_version is not None and version <= self.weight_version:
             raise StaleWeightsError(
                 f"weight version {version} is not newer than the last synced version {self.weight_version}"
             )
+        received = None
         if self.backend_name == "local":
             self.rollout.load_weights(self.actor.state_dict(), version)
         else:
             if not self._peer_group_ready:
                 self.connect_weight_sync()
             sent = self.actor.send_weights.submit(version)
-            received = self.rollout.receive_weights.submit(version)
+            receiving = self.rollout.receive_weights.submit(version)
             try:
                 sent.result()
-                received.result()
+                received = receiving.result()
             except Exception:
                 # the sender dropped its end of the group, so receivers still waiting fail fast; rebuild next time
                 self._peer_group_ready = False
                 raise
         self.weight_version = version
+        return received
 
     def connect_weight_sync(self) -> None:
         """(Re)build the actor -> rollout peer group: every member joins at once; the next sync is a full one.

@@ -189,9 +189,13 @@ class RolloutWorker(Worker):
         self._weight_receiver = WeightReceiver(self.policy)
         self._weight_receiver.version = max(self.version, 0)
 
-    @register("one_to_all", collect="none")
-    def receive_weights(self, version: int) -> None:
+    @register("one_to_all", collect="first")
+    def receive_weights(self, version: int) -> dict[str, int]:
         """Weight sync across processes: receive version `version` from the actor (the driver only says which).
+
+        Returns:
+            `tensors` and `bytes` received (a policy with frozen parameters gets only its trainable ones
+            after the first sync).
 
         Raises:
             StaleWeightsError: the update that arrives is not `version` (a missed or repeated sync).
@@ -207,6 +211,7 @@ class RolloutWorker(Worker):
             )
         self._weight_receiver.apply(update)
         self.version = int(version)
+        return {"tensors": len(update.tensors), "bytes": update.num_bytes}
 
     @register("one_to_all", collect="first")
     def weight_version(self) -> int:

@@ -5,7 +5,7 @@ Prints, for a model of ``--mb`` MiB of fp32 parameters (plus grads and AdamW sta
 - offload: ``offload_module + offload_optimizer + reload_*`` time over the time of cloning the same tensors
   twice (the copy each direction must do at least). Bound: ratio <= 3.
 - weight sync: ``WeightSync.sync()`` over ``TorchDistributedTransport`` (2 processes, gloo on 127.0.0.1) over
-  one raw ``dist.broadcast`` of a flat buffer with the same bytes (the transport's floor). Bound: ratio <= 3.
+  one raw ``dist.broadcast`` of a flat buffer with the same bytes (the transport's floor). Bound: ratio <= 1.3.
 
 Usage: ``python benchmarks/infra_offload_sync.py [--mb 64] [--repeats 5]`` (needs vla-infra importable).
 """
@@ -99,11 +99,11 @@ def main() -> int:
         out = str(Path(tmp) / "sync.txt")
         spawn_local_group(sync_job, world_size=2, args=(args.mb, args.repeats, out))
         s_ours, s_peer, nbytes = (float(x) for x in Path(out).read_text().split())
-    ok_sync = s_ours / s_peer <= 3
+    ok_sync = s_ours / s_peer <= 1.3
     print(
         f"weight sync (gloo, 2 procs, {nbytes / 2**20:.0f} MiB): {s_ours * 1e3:.1f} ms "
         f"({nbytes / s_ours / 2**30:.2f} GiB/s), raw broadcast peer: {s_peer * 1e3:.1f} ms, "
-        f"ratio {s_ours / s_peer:.2f} (bound <= 3: {'PASS' if ok_sync else 'FAIL'})"
+        f"ratio {s_ours / s_peer:.2f} (bound <= 1.3: {'PASS' if ok_sync else 'FAIL'})"
     )
     return 0 if ok_offload and ok_sync else 1
 

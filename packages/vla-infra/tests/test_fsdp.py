@@ -127,6 +127,15 @@ def test_fsdp2_collocated_weight_sync_reaches_every_rank(two_rank: list[dict[str
 
 
 @pytest.mark.slow
+def test_fsdp2_streamed_sync_gathers_tensor_by_tensor_to_an_outside_rollout(
+    two_rank: list[dict[str, Any]],
+) -> None:
+    # the sender's update holds sharded tensors (nothing gathered up front); the rollout still gets every bit
+    assert two_rank[0]["streamed_rollout_equals_actor"] is True
+    assert two_rank[1]["streamed_rollout_equals_actor"] is None
+
+
+@pytest.mark.slow
 def test_fsdp2_sharded_checkpoint_resumes_identically(two_rank: list[dict[str, Any]]) -> None:
     for res in two_rank:
         assert res["ckpt_latest"].endswith("global_step_5") and res["ckpt_step"] == 5

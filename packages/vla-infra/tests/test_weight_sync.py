@@ -145,3 +145,53 @@ def test_distributed_delta_trainable_only(two_processes: list[dict[str, Any]]) -
     assert (rollout["delta_v1_kind"], rollout["delta_v1_names"]) == ("full", ["head.bias", "head.weight"])
     assert (rollout["delta_v2_kind"], rollout["delta_v2_names"]) == ("delta", ["head.bias"])
     assert rollout["delta_v2"] == 2 and rollout["delta_head_equal"]
+
+
+def test_peer_group_sync_reaches_every_rollout_rank_bit_exactly() -> None:
+    """A PeerGroup (own TCP store, no default process group): rank 0 sends, ranks 1-2 receive, in threads."""
+    import threading
+
+    from vla_infra.weight_sync import PeerGroup, TorchDistributedTransport
+    from vla_infra.workers.worker import find_free_port
+
+    actor, _ = _models()
+    port, world = find_free_port(), 3
+    results: dict[int, Any] = {}
+
+    def member(rank: int) -> None:
+        try:
+            peers = PeerGroup("127.0.0.1", port, rank=rank, world_size=world, timeout_s=60)
+            transport = TorchDistributedTransport(peers=peers, bucket_bytes=4096, direct_bytes=8192)
+            if rank == 0:
+                sender = WeightSender(actor)
+                sender.version = 4  # a resumed trainer numbers its versions
+                update = sender.build_update(version=7)
+                assert update is not None
+                transport.send(update)
+                results[rank] = update.version
+            else:
+                rollout = _models()[1]
+                receiver = WeightReceiver(rollout)
+                update = transport.recv()
+                assert update is not None
+                results[rank] = (
+                    receiver.apply(update),
+                    state_dicts_equal(rollout.state_dict(), actor.state_dict()),
+                )
+        except Exception as exc:  # reported by the assertion below
+            results[rank] = exc
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results == {0: 7, 1: (7, True), 2: (7, True)}
+
+
+def test_sender_refuses_a_version_that_is_not_newer() -> None:
+    actor, _ = _models()
+    sender = WeightSender(actor)
+    assert sender.build_update(version=3).version == 3  # type: ignore[union-attr]
+    with pytest.raises(StaleWeightsError, match="not newer"):
+        sender.build_update(version=3)

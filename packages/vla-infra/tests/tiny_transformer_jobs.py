@@ -171,6 +171,10 @@ def fsdp_job(rank: int, world_size: int, out_dir: str) -> None:
     rsd = rollout.state_dict()
     res["rollout_equals_actor"] = all(torch.equal(rsd[k], after[k]) for k in after)
 
+    # 4b) streamed sync to a rollout outside the actor's group: a PeerGroup of actor rank 0 and a rollout member
+    #     (a thread of rank 0's process here); rank 1 only joins each tensor's gather (ShardGatherFollower).
+    res["streamed_rollout_equals_actor"] = _streamed_sync(rank, model, after)
+
     # 5) gradient checkpointing gives the same grads; 6) bf16 params / fp32 reduce trains close to fp32.
     ids = batches[0][local]
     plain = apply_fsdp2(copy.deepcopy(init), FSDPConfig(wrap_classes=("Block",)))
@@ -235,6 +239,45 @@ def fsdp_job(rank: int, world_size: int, out_dir: str) -> None:
     )
 
     torch.save(res, Path(out_dir) / f"rank{rank}.pt")
+
+
+def _streamed_sync(rank: int, model: nn.Module, full: dict[str, torch.Tensor]) -> bool | None:
+    """Rank 0: whether the rollout member received exactly ``full``; rank 1: None."""
+    import threading
+
+    from vla_infra.weight_sync import PeerGroup, ShardGatherFollower, TorchDistributedTransport, WeightSender
+    from vla_infra.workers.worker import find_free_port
+
+    box: list[Any] = [find_free_port() if rank == 0 else 0]
+    dist.broadcast_object_list(box, src=0)
+    port = box[0]
+    sender = WeightSender(model, stream=True)
+    update = sender.build_update(version=5)
+    assert update is not None and all(hasattr(t, "full_tensor") for t in update.tensors.values())
+    if rank != 0:
+        ShardGatherFollower(bucket_bytes=4096, direct_bytes=8192).send(update)
+        return None
+    got: dict[str, Any] = {}
+
+    def rollout_member() -> None:
+        peers = PeerGroup("127.0.0.1", port, rank=1, world_size=2, timeout_s=60)
+        rollout = TinyTransformer()
+        transport = TorchDistributedTransport(peers=peers, bucket_bytes=4096, direct_bytes=8192)
+        received = transport.recv(rollout.state_dict(keep_vars=True))
+        got["version"] = received.version if received is not None else None
+        got["state"] = {k: v.detach().clone() for k, v in received.tensors.items()} if received else {}
+
+    thread = threading.Thread(target=rollout_member)
+    thread.start()
+    peers = PeerGroup("127.0.0.1", port, rank=0, world_size=2, timeout_s=60)
+    TorchDistributedTransport(peers=peers, bucket_bytes=4096, direct_bytes=8192).send(update)
+    thread.join(timeout=120)
+    state = got.get("state", {})
+    return (
+        got.get("version") == 5
+        and state.keys() == full.keys()
+        and all(torch.equal(state[k], full[k].cpu()) for k in full)
+    )
 
 
 def two_rank_job(rank: int, world_size: int, out_dir: str) -> None:

@@ -37,6 +37,7 @@ def evaluate(
     max_decisions: int,
     mode: str,
     progress: bool = False,
+    weight_version: int | None = None,
 ) -> dict[str, float]:
     """Run `num_episodes` held-out episodes with decoding `mode` ("sample" or "greedy").
 
@@ -53,7 +54,7 @@ def evaluate(
         done = np.zeros(num_envs, dtype=bool)
         metrics = {k: np.zeros(num_envs, dtype=np.float32) for k in ("success_once", "return", "episode_len")}
         for _ in range(max_decisions):
-            out = rollout.predict(obs, mode=mode)
+            out = rollout.predict(obs, mode=mode, weight_version=weight_version)
             res = env.chunk_step(out["actions"].numpy())
             rows = np.flatnonzero(np.asarray(res["final_mask"]) & ~done)
             for key in metrics:

@@ -76,6 +76,7 @@ def collect_rollout(
     stop_when_all_done: bool,
     progress: bool = False,
     desc: str = "rollout",
+    weight_version: int | None = None,
 ) -> RolloutBatch:
     """Reset every env stage, then run `num_decisions` policy decisions on each.
 
@@ -89,6 +90,8 @@ def collect_rollout(
             masked out of the loss and the rollout stops once every env has finished.
         progress: Show a tqdm bar.
         desc: Progress bar label.
+        weight_version: The weight version the run last synced; a rollout rank holding another refuses to
+            generate (StaleWeightsError).
     """
     num_stages = len(env_stages)
     obs = [env_stages[s].reset(**reset_kwargs[s]) for s in range(num_stages)]
@@ -104,7 +107,7 @@ def collect_rollout(
         # Pipeline: the policy acts on stage s while the simulators of stage s-1 are still stepping.
         outs, futures = [], []
         for s in range(num_stages):
-            out = rollout.predict(obs[s], mode="sample")
+            out = rollout.predict(obs[s], mode="sample", weight_version=weight_version)
             outs.append(out)
             futures.append(env_stages[s].chunk_step.submit(out["actions"].numpy()))
         results = [f.result() for f in futures]

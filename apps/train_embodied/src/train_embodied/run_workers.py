@@ -9,6 +9,7 @@ from train_embodied.config.build import TrainConfig
 from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
 from vla_infra import WorkerGroup, make_backend, resolve_placement
+from vla_infra.weight_sync import StaleWeightsError
 
 
 def start_ray(address: str | None) -> bool:
@@ -47,6 +48,7 @@ class RunWorkers:
             num_nodes=cluster.num_nodes,
             num_gpus_per_node=cluster.num_gpus_per_node,
         )
+        self.backend_name = cluster.backend
         self.started_ray = start_ray(cluster.ray_address) if cluster.backend == "ray" else False
         self.backend = make_backend(
             cluster.backend, num_nodes=cluster.num_nodes, num_gpus_per_node=cluster.num_gpus_per_node
@@ -93,6 +95,59 @@ class RunWorkers:
                 fsdp=tc.actor.fsdp_config,
                 enable_offload=tc.actor.enable_offload,
             )
+
+        self.weight_version: int | None = None  # the version last synced to the rollout (None: never)
+        self._peer_group_ready = False
+
+    def sync_weights(self, version: int) -> dict[str, int] | None:
+        """Actor -> rollout weight sync as version `version`.
+
+        Local backend: one process, the rollout copies the actor's tensors. Ray backend: the actor's rank 0
+        broadcasts straight to the rollout ranks over a peer group (gloo on the CPU, NCCL when every member
+        has a GPU); the driver only tells both sides the version, so no weight passes through it.
+
+        Returns:
+            Ray backend: the `tensors` and `bytes` rollout rank 0 received; local backend: None.
+        """
+        assert self.actor is not None
+        if self.weight_version is not None and version <= self.weight_version:
+            raise StaleWeightsError(
+                f"weight version {version} is not newer than the last synced version {self.weight_version}"
+            )
+        received = None
+        if self.backend_name == "local":
+            self.rollout.load_weights(self.actor.state_dict(), version)
+        else:
+            if not self._peer_group_ready:
+                self.connect_weight_sync()
+            sent = self.actor.send_weights.submit(version)
+            receiving = self.rollout.receive_weights.submit(version)
+            try:
+                sent.result()
+                received = receiving.result()
+            except Exception:
+                # the sender dropped its end of the group, so receivers still waiting fail fast; rebuild next time
+                self._peer_group_ready = False
+                raise
+        self.weight_version = version
+        return received
+
+    def connect_weight_sync(self) -> None:
+        """(Re)build the actor -> rollout peer group: every member joins at once; the next sync is a full one.
+
+        Call it again after a rollout or actor process was replaced."""
+        assert self.actor is not None
+        members = [self.placement["actor"][0], *self.placement["rollout"]]
+        backend = "nccl" if all(p.local_gpu is not None for p in members) else "gloo"
+        host, port = self.actor.weight_sync_endpoint()
+        world = 1 + self.rollout.world_size
+        joins = [
+            self.actor.join_weight_sync.submit(host, port, world, backend),
+            self.rollout.join_weight_sync.submit(host, port, world, backend),
+        ]
+        for j in joins:
+            j.result()
+        self._peer_group_ready = True
 
     def _group(self, cls: type, placements: Any, name: str, **kwargs: Any) -> WorkerGroup:
         group = WorkerGroup(cls, placements, backend=self.backend, name=name, kwargs=kwargs)

@@ -130,6 +130,7 @@ def run_eval(tc: TrainConfig, w: RunWorkers, tag: str) -> dict[str, float]:
             max_decisions=tc.env_eval.max_episode_steps,
             mode=mode,
             progress=tc.runner.progress_bar,
+            weight_version=w.weight_version,
         )
         suffix = "" if mode == "sample" else "_greedy"
         for k, v in res.items():
@@ -140,6 +141,13 @@ def run_eval(tc: TrainConfig, w: RunWorkers, tag: str) -> dict[str, float]:
         )
     w.rollout.offload()  # rollout.enable_offload (else a no-op)
     return out
+
+
+def _sync_weights(w: RunWorkers, state: dict[str, Any]) -> None:
+    """Give the rollout the actor's current weights under the next version number (every sync is a new
+    version: an evaluation after an update must not run newer weights under an older number)."""
+    state["version"] += 1
+    w.sync_weights(state["version"])
 
 
 def run(tc: TrainConfig) -> dict[str, Any]:
@@ -186,7 +194,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 f"[resume] runner.resume_dir={runner.resume_dir}: no checkpoint in {log_dir}, starting fresh"
             )
         if resume_from is None and runner.eval_before_train:
-            w.rollout.load_weights(w.actor.state_dict(), state["version"])
+            _sync_weights(w, state)
             before = run_eval(tc, w, "before RL")
             logger.log(before, step=0)
             state["before"] = before
@@ -213,8 +221,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             # ---- 0. weight sync: actor -> rollout
             t0 = time.time()
             if epoch % runner.weight_sync_interval == 0 or epoch == state["epoch"]:
-                state["version"] += 1
-                w.rollout.load_weights(w.actor.state_dict(), state["version"])
+                _sync_weights(w, state)
             timings["time/sync_weights"] = time.time() - t0
 
             # ---- 1. rollout: envs start from start states seeded by (seed, epoch), so resume replays exactly;
@@ -242,6 +249,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                         progress=runner.progress_bar,
                         desc=f"rollout {epoch + 1}/{runner.max_epochs}"
                         + (f" ({r + 1}/{algo.rollout_epoch})" if algo.rollout_epoch > 1 else ""),
+                        weight_version=w.weight_version,
                     )
                 )
             batch = concat_rollouts(rollouts)
@@ -297,7 +305,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             )
             last = epoch + 1 == runner.max_epochs and runner.eval_after_train  # the after-RL eval covers it
             if runner.val_check_interval > 0 and (epoch + 1) % runner.val_check_interval == 0 and not last:
-                w.rollout.load_weights(w.actor.state_dict(), state["version"])
+                _sync_weights(w, state)
                 val = run_eval(tc, w, f"epoch {epoch + 1}")
                 logger.log(val, step=epoch + 1)
                 state["history"][-1].update({k: v for k, v in val.items() if k.startswith("eval/success")})
@@ -310,7 +318,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         summary["checkpoint"] = str(ckpt)
         summary["policy_dir"] = w.actor.save_pretrained(str(log_dir / "policy"))  # for actor.model.model_path
         if runner.eval_after_train:
-            w.rollout.load_weights(w.actor.state_dict(), state["version"])
+            _sync_weights(w, state)
             after = run_eval(tc, w, "after RL")
             logger.log(after, step=state["epoch"])
             if state["history"]:

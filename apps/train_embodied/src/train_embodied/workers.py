@@ -28,6 +28,15 @@ from train_embodied.update import UpdateSettings, ppo_update
 from vla_envs import EnvConfig, make_env
 from vla_infra import Worker, register
 from vla_infra.offload import ModelOffloader, is_offloaded
+from vla_infra.weight_sync import (
+    PeerGroup,
+    ShardGatherFollower,
+    StaleWeightsError,
+    TorchDistributedTransport,
+    WeightReceiver,
+    WeightSender,
+)
+from vla_infra.workers.worker import find_free_port
 
 
 class EnvWorker(Worker):
@@ -123,10 +132,24 @@ class RolloutWorker(Worker):
         """Re-seed the sampling RNG (each epoch: a resumed run samples exactly as an uninterrupted one)."""
         torch.manual_seed(rank_seed(seed, self.rank))
 
+    def _check_version(self, weight_version: int | None) -> None:
+        if weight_version is not None and self.version != weight_version:
+            raise StaleWeightsError(
+                f"rollout rank {self.rank} holds weight version {self.version} but the run is at version "
+                f"{weight_version}: it refuses to generate with other weights than the actor's (sync it first)"
+            )
+
     @register("split")
     @torch.no_grad()
-    def predict(self, obs: dict[str, Any], mode: str = "sample") -> dict[str, Any]:
-        """Actions [B, C, A], token logprobs [B, C, A], values [B] (or None) and forward_inputs."""
+    def predict(
+        self, obs: dict[str, Any], mode: str = "sample", weight_version: int | None = None
+    ) -> dict[str, Any]:
+        """Actions [B, C, A], token logprobs [B, C, A], values [B] (or None) and forward_inputs.
+
+        `weight_version`: the version the run last synced; a rollout holding another one raises
+        StaleWeightsError instead of generating.
+        """
+        self._check_version(weight_version)
         self.offloader.reload()  # no-op unless offloaded
         out = self.policy.predict(
             select_proprio(obs, self.model_section),
@@ -150,10 +173,56 @@ class RolloutWorker(Worker):
 
     @register("one_to_all", collect="none")
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Weight sync: copy the actor's parameters (CPU tensors) into the rollout policy."""
+        """Weight sync in one process (local backend): copy the actor's parameters into the rollout policy."""
         self.offloader.reload()
         self.policy.load_state_dict(state_dict)
         self.version = int(version)
+
+    @register("one_to_all", collect="none")
+    def join_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
+        """Join the actor -> rollout peer group as member `1 + rank` (the actor's rank 0 is member 0).
+
+        Called on every rollout rank at the same time as `ActorWorker.join_weight_sync`; again after a
+        restart (a new group on a new port)."""
+        peers = PeerGroup(host, port, rank=1 + self.rank, world_size=world_size, backend=backend)
+        self._weight_transport = TorchDistributedTransport(peers=peers)
+        self._weight_receiver = WeightReceiver(self.policy)
+        self._weight_receiver.version = max(self.version, 0)
+
+    @register("one_to_all", collect="first")
+    def receive_weights(self, version: int) -> dict[str, int]:
+        """Weight sync across processes: receive version `version` from the actor (the driver only says which).
+
+        Returns:
+            `tensors` and `bytes` received (a policy with frozen parameters gets only its trainable ones
+            after the first sync).
+
+        Raises:
+            StaleWeightsError: the update that arrives is not `version` (a missed or repeated sync).
+        """
+        self.offloader.reload()
+        update = self._weight_transport.recv(
+            self.policy.state_dict(keep_vars=True), held_version=self._weight_receiver.version
+        )
+        if update is None or update.version != version:
+            got = None if update is None else update.version
+            raise StaleWeightsError(
+                f"rollout rank {self.rank} expected weight version {version}, received {got}"
+            )
+        self._weight_receiver.apply(update)
+        self.version = int(version)
+        return {"tensors": len(update.tensors), "bytes": update.num_bytes}
+
+    @register("one_to_all", collect="first")
+    def weight_version(self) -> int:
+        """The weight version this rollout rank holds (-1: never synced)."""
+        return self.version
+
+    @register("one_to_all", collect="first")
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The rollout policy's parameters and buffers as CPU tensors (checks that a sync arrived intact)."""
+        self.offloader.reload()
+        return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
 
 
 class ActorWorker(Worker):
@@ -230,6 +299,43 @@ class ActorWorker(Worker):
 
                 return full_state_dict(self.policy)  # a collective: rank 0 gets everything, the others {}
             return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+
+    @register("rank_zero")
+    def weight_sync_endpoint(self) -> tuple[str, int]:
+        """Address of this rank's node and a free port there: where the actor -> rollout peer group meets."""
+        return self.info.master_addr, find_free_port(self.info.master_addr)
+
+    @register("one_to_all", collect="none")
+    def join_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
+        """Rank 0 joins the actor -> rollout peer group as member 0, the sender. The other ranks only join the
+        gathers of a sharded policy's tensors when weights are sent. The next send is a full one."""
+        # a sharded policy streams: each tensor is gathered only when its bucket is sent (ranks > 0 join the
+        # gathers), so no rank holds the full weights
+        self._weight_sender = WeightSender(self.policy, stream=True)
+        self._weight_transport: TorchDistributedTransport | ShardGatherFollower | None = ShardGatherFollower()
+        if self.rank == 0:
+            peers = PeerGroup(host, port, rank=0, world_size=world_size, backend=backend)
+            self._weight_transport = TorchDistributedTransport(peers=peers)
+
+    @register("one_to_all", collect="none")
+    def send_weights(self, version: int) -> None:
+        """Send the policy's weights as version `version` to every rollout rank (a collective on every actor
+        rank when the policy is sharded).
+
+        After the first full send, a policy with frozen parameters (LoRA, `train_expert_only`) sends only its
+        trainable tensors: the rest cannot have changed since."""
+        sender = self._weight_sender
+        sender.trainable_only = sender.version > 0 and any(
+            not p.requires_grad for p in self.policy.parameters()
+        )
+        try:
+            with self._on_device():
+                update = sender.build_update(version=int(version))
+                if update is not None and self._weight_transport is not None:
+                    self._weight_transport.send(update)
+        except Exception:
+            self._weight_transport = None  # closes this end: rollout ranks waiting for the update fail fast
+            raise
 
     @register("one_to_all", collect="first")
     def update(self, batch: dict[str, Any], seed: int, train_policy: bool = True) -> dict[str, float]:

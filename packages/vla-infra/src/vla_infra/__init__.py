@@ -69,6 +69,8 @@ _EXPORTS.update(
         "WeightUpdate": "vla_infra.weight_sync",
         "InProcessTransport": "vla_infra.weight_sync",
         "TorchDistributedTransport": "vla_infra.weight_sync",
+        "PeerGroup": "vla_infra.weight_sync",
+        "ShardGatherFollower": "vla_infra.weight_sync",
         "StaleWeightsError": "vla_infra.weight_sync",
         "check_staleness": "vla_infra.weight_sync",
         # checkpoints

@@ -12,16 +12,21 @@ Transports move updates between the two sides:
 - :class:`InProcessTransport`: a FIFO in one process (local backend, collocated tests).
 - :class:`TorchDistributedTransport`: a ``torch.distributed`` broadcast from the actor's source rank to every
   rank of a group (gloo on the CPU, NCCL on GPUs). Tensors travel as raw bytes in buckets, so every dtype is
-  sent bit-exactly in a few collectives.
+  sent bit-exactly in a few collectives; the metadata travels as JSON bytes (nothing is unpickled).
+- :class:`PeerGroup`: the group such a transport broadcasts over between separate worker processes (the
+  actor's sending rank and the rollout ranks) when they share no default process group: it has its own TCP
+  store, so data-parallel actor ranks keep their default (FSDP) group and rollout processes join only this one.
 
 :class:`WeightSync` pairs a sender and/or a receiver with a transport and is what a worker calls.
 """
 
 from __future__ import annotations
 
+import json
 import queue
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Literal, Protocol
 
 import torch
@@ -32,6 +37,8 @@ from vla_infra.fsdp import full_state_dict, is_fsdp_model
 
 __all__ = [
     "InProcessTransport",
+    "PeerGroup",
+    "ShardGatherFollower",
     "StaleWeightsError",
     "TorchDistributedTransport",
     "WeightReceiver",
@@ -90,7 +97,10 @@ class WeightSender:
     """Actor side: builds versioned updates from the model's full state dict.
 
     With an FSDP2 model, :meth:`build_update` is a collective (all actor ranks call it) and only ``src_rank``
-    (the rank that sends) returns an update; the others return None.
+    (the rank that sends) returns an update; the others return None. With ``stream=True`` (and ``mode="full"``)
+    nothing is gathered there: every rank returns an update of its sharded tensors, the source rank hands it
+    to a :class:`TorchDistributedTransport` and the others to a :class:`ShardGatherFollower`, and each tensor
+    is gathered just before its bucket is sent, so no rank ever holds the full weights.
     """
 
     def __init__(
@@ -100,21 +110,30 @@ class WeightSender:
         mode: SyncMode = "full",
         trainable_only: bool = False,
         src_rank: int = 0,
+        stream: bool = False,
     ) -> None:
         if mode not in ("full", "delta"):
             raise ValueError(f"mode={mode!r} is not supported; allowed: 'full', 'delta'")
         self.model = model
+        self.stream = stream
         self.mode: SyncMode = mode
         self.trainable_only = trainable_only
         self.src_rank = src_rank
         self.version = 0
         self._snapshot: dict[str, torch.Tensor] = {}
 
+    @property
+    def _streams(self) -> bool:
+        return self.stream and self.mode == "full" and is_fsdp_model(self.model)
+
     def _is_source(self) -> bool:
         return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == self.src_rank
 
     def _state_dict(self) -> dict[str, torch.Tensor]:
-        if is_fsdp_model(self.model):
+        if self._streams:
+            # sharded tensors as they are: the transport gathers each one just before it goes out
+            state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        elif is_fsdp_model(self.model):
             # Every actor rank must join the all-gather; rank 0 receives the CPU copy.
             state = full_state_dict(self.model, cpu_offload=True)
             if self.src_rank != 0:
@@ -126,10 +145,21 @@ class WeightSender:
             state = {k: v for k, v in state.items() if k in trainable}
         return state
 
-    def build_update(self) -> WeightUpdate | None:
-        """Snapshot the current weights into the next version's update (None on non-source ranks)."""
+    def build_update(self, version: int | None = None) -> WeightUpdate | None:
+        """Snapshot the current weights into an update (None on non-source ranks).
+
+        Args:
+            version: The update's version when the caller numbers them (a trainer whose run resumes at some
+                version); must be newer than the previous update's. Default: the previous one + 1.
+        """
+        if version is not None and version <= self.version:
+            raise StaleWeightsError(
+                f"version {version} is not newer than the last sent version {self.version}"
+            )
         state = self._state_dict()
-        if not self._is_source():
+        if not self._is_source() and not self._streams:
+            if version is not None:
+                self.version = version
             return None
         base: int | None = None
         if self.mode == "delta" and self.version > 0:
@@ -142,7 +172,7 @@ class WeightSender:
         if self.mode == "delta":
             for k, v in state.items():
                 self._snapshot[k] = v.detach().to("cpu", copy=True)
-        self.version += 1
+        self.version = self.version + 1 if version is None else version
         return WeightUpdate(version=self.version, base_version=base, tensors=dict(state))
 
 
@@ -189,7 +219,8 @@ class WeightReceiver:
                 raise ValueError(
                     f"shape mismatch for {name!r}: update {tuple(src.shape)} vs model {tuple(dst.shape)}"
                 )
-            dst.data.copy_(src)
+            if src.data_ptr() != dst.data_ptr():  # else the transport already wrote it in place
+                dst.data.copy_(src)
         self.version = update.version
         return self.version
 
@@ -202,7 +233,13 @@ class WeightTransport(Protocol):
 
     def send(self, update: WeightUpdate) -> None: ...
 
-    def recv(self) -> WeightUpdate | None: ...
+    def recv(
+        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
+    ) -> WeightUpdate | None:
+        """The next update. A transport may write tensors straight into ``targets`` (name -> the receiver's
+        tensor, holding version ``held_version``) when the update applies on top of that version and shape,
+        dtype and device match; it returns those tensors in the update."""
+        ...
 
 
 class InProcessTransport:
@@ -223,21 +260,128 @@ class InProcessTransport:
             WeightUpdate(version=update.version, base_version=update.base_version, tensors=tensors)
         )
 
-    def recv(self) -> WeightUpdate | None:
+    def recv(
+        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
+    ) -> WeightUpdate | None:
         try:
             return self._queue.get_nowait()
         except queue.Empty:
             return None
 
 
-class TorchDistributedTransport:
-    """Broadcast updates from ``src`` to every rank of ``group`` (the default group if None).
+def bucket_indices(sizes: list[int], *, bucket_bytes: int, direct_bytes: int) -> list[list[int]]:
+    """Group tensor indices for sending: small tensors packed up to ``bucket_bytes``, large ones
+    (>= ``direct_bytes``) alone, so they travel from their own storage without a packing copy. Empty groups
+    are dropped."""
+    buckets: list[list[int]] = [[]]
+    used = 0
+    for i, size in enumerate(sizes):
+        if size >= direct_bytes:
+            buckets.extend([[i], []])
+            used = 0
+            continue
+        if buckets[-1] and used + size > bucket_bytes:
+            buckets.append([])
+            used = 0
+        buckets[-1].append(i)
+        used += size
+    return [b for b in buckets if b]
 
-    Every rank of the group takes part in each transfer: ``src`` calls :meth:`send`, the others :meth:`recv`
-    at the same point; ``recv`` on ``src`` returns the update it just sent (collocated rollout). The metadata
-    (names, shapes, dtypes, versions) goes with ``broadcast_object_list``; the tensors as uint8 buckets of at
-    most ``bucket_bytes`` on ``device`` (CPU for gloo, the current CUDA device for NCCL); a tensor of at least
-    ``direct_bytes`` is broadcast on its own, straight from its storage.
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    """A plain tensor: a sharded (DTensor) one is gathered first (a collective over its mesh)."""
+    full_tensor = getattr(t, "full_tensor", None)
+    return full_tensor() if callable(full_tensor) else t
+
+
+def _num_bytes(t: torch.Tensor) -> int:
+    return int(t.numel()) * t.element_size()  # a DTensor reports its global shape
+
+
+class ShardGatherFollower:
+    """The part a sharded actor rank other than the sender plays in a streamed send: it joins each tensor's
+    gather in the same order as the sender's transport (same bucket sizes), and sends nothing."""
+
+    collective = True
+
+    def __init__(self, *, bucket_bytes: int = 256 << 20, direct_bytes: int = 1 << 20) -> None:
+        self.bucket_bytes = bucket_bytes
+        self.direct_bytes = direct_bytes
+
+    def send(self, update: WeightUpdate) -> None:
+        tensors = list(update.tensors.values())
+        sizes = [_num_bytes(t) for t in tensors]
+        for bucket in bucket_indices(sizes, bucket_bytes=self.bucket_bytes, direct_bytes=self.direct_bytes):
+            for i in bucket:
+                _full(tensors[i])
+
+
+class PeerGroup:
+    """A process group of its own between separate processes: the actor's sending rank and the rollout ranks.
+
+    Rank 0 hosts a TCP store at ``host:port``; every member constructs the group at the same time (the call
+    blocks until all ``world_size`` members joined). It does not touch ``torch.distributed``'s default group.
+
+    Args:
+        host, port: Rank 0's address (reachable by every member) and a free port there.
+        rank, world_size: This member's rank and the number of members.
+        backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (CUDA tensors).
+        bind_host: Interface gloo binds on this member (default: ``host`` when it is a loopback address, so a
+            single-machine group never listens beyond 127.0.0.1; else the machine's default interface).
+        timeout_s: How long a collective or the rendezvous waits for the other members.
+    """
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        rank: int,
+        world_size: int,
+        backend: str = "gloo",
+        bind_host: str | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank={rank} must be in [0, world_size={world_size})")
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend={backend!r} is not supported; allowed: 'gloo', 'nccl'")
+        timeout = timedelta(seconds=timeout_s)
+        self.rank, self.world_size, self.backend = rank, world_size, backend
+        self.store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
+        if backend == "gloo":
+            opts = dist.ProcessGroupGloo._Options()
+            if bind_host is None and host.startswith("127."):
+                bind_host = host
+            opts._devices = [
+                dist.ProcessGroupGloo.create_device(hostname=bind_host)
+                if bind_host
+                else dist.ProcessGroupGloo.create_default_device()
+            ]
+            opts._timeout = timeout
+            self.pg: dist.ProcessGroup = dist.ProcessGroupGloo(self.store, rank, world_size, opts)
+        else:
+            nccl_opts = dist.ProcessGroupNCCL.Options()
+            nccl_opts._timeout = timeout
+            self.pg = dist.ProcessGroupNCCL(self.store, rank, world_size, nccl_opts)
+
+    def broadcast(self, tensor: torch.Tensor, src: int) -> None:
+        """In place: every member ends with ``src``'s ``tensor``."""
+        opts = dist.BroadcastOptions()
+        opts.rootRank = src
+        opts.rootTensor = 0
+        self.pg.broadcast([tensor], opts).wait()
+
+
+class TorchDistributedTransport:
+    """Broadcast updates from ``src`` to every rank of a group.
+
+    The group is ``peers`` (a :class:`PeerGroup`; ranks are its ranks), else ``group`` or the default
+    ``torch.distributed`` group. Every rank of the group takes part in each transfer: ``src`` calls
+    :meth:`send`, the others :meth:`recv` at the same point; ``recv`` on ``src`` returns the update it just sent
+    (collocated rollout). The metadata (names, shapes, dtypes, versions) goes first as JSON bytes; the tensors
+    as uint8 buckets of at most ``bucket_bytes`` on ``device`` (CPU for gloo, the current CUDA device for
+    NCCL); a tensor of at least ``direct_bytes`` is broadcast on its own, straight from its storage.
     """
 
     collective = True
@@ -247,85 +391,118 @@ class TorchDistributedTransport:
         *,
         src: int = 0,
         group: dist.ProcessGroup | None = None,
+        peers: PeerGroup | None = None,
         device: torch.device | str | None = None,
         bucket_bytes: int = 256 << 20,
         direct_bytes: int = 1 << 20,
     ) -> None:
-        if not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("TorchDistributedTransport needs an initialised process group")
+        if peers is None and not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError("TorchDistributedTransport needs peers= or an initialised process group")
         if bucket_bytes <= 0:
             raise ValueError(f"bucket_bytes={bucket_bytes} must be > 0")
         if direct_bytes <= 0:
             raise ValueError(f"direct_bytes={direct_bytes} must be > 0")
         self.src = src
         self.group = group
+        self.peers = peers
         if device is None:
-            device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend(group) == "nccl" else "cpu"
+            backend = peers.backend if peers is not None else dist.get_backend(group)
+            device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
         self.device = torch.device(device)
         self.bucket_bytes = bucket_bytes
         self.direct_bytes = direct_bytes
         self._local: WeightUpdate | None = None
 
+    @property
+    def rank(self) -> int:
+        """This process's rank in the transport's group."""
+        return self.peers.rank if self.peers is not None else dist.get_rank(self.group)
+
+    def _broadcast(self, tensor: torch.Tensor) -> None:
+        if self.peers is not None:
+            self.peers.broadcast(tensor, self.src)
+        else:
+            dist.broadcast(tensor, src=self.src, group=self.group)
+
+    def _broadcast_meta(self, meta: dict | None) -> dict:
+        """``src`` sends ``meta`` as UTF-8 JSON (length first); every rank returns it."""
+        size = torch.zeros(1, dtype=torch.int64, device=self.device)
+        payload = b""
+        if meta is not None:
+            payload = json.dumps(meta).encode()
+            size.fill_(len(payload))
+        self._broadcast(size)
+        buf = torch.empty(int(size.item()), dtype=torch.uint8, device=self.device)
+        if meta is not None:
+            buf.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+        self._broadcast(buf)
+        return json.loads(buf.cpu().numpy().tobytes().decode())
+
     def _buckets(self, sizes: list[int]) -> list[list[int]]:
-        """Group tensor indices: small tensors packed up to ``bucket_bytes``, large ones (>= ``direct_bytes``)
-        alone, so they are broadcast from their own storage without a packing copy."""
-        buckets: list[list[int]] = [[]]
-        used = 0
-        for i, size in enumerate(sizes):
-            if size >= self.direct_bytes:
-                buckets.extend([[i], []])
-                used = 0
-                continue
-            if buckets[-1] and used + size > self.bucket_bytes:
-                buckets.append([])
-                used = 0
-            buckets[-1].append(i)
-            used += size
-        return buckets
+        return bucket_indices(sizes, bucket_bytes=self.bucket_bytes, direct_bytes=self.direct_bytes)
 
     def send(self, update: WeightUpdate) -> None:
-        if dist.get_rank() != self.src:
-            raise RuntimeError(f"send() called on rank {dist.get_rank()} but the source rank is {self.src}")
+        if self.rank != self.src:
+            raise RuntimeError(f"send() called on rank {self.rank} but the source rank is {self.src}")
         names = list(update.tensors)
-        tensors = [update.tensors[n].detach().contiguous() for n in names]
+        tensors = [update.tensors[n].detach() for n in names]
         meta = {
             "version": update.version,
             "base_version": update.base_version,
             "names": names,
-            "shapes": [tuple(t.shape) for t in tensors],
+            "shapes": [list(t.shape) for t in tensors],
             "dtypes": [str(t.dtype).removeprefix("torch.") for t in tensors],
         }
-        dist.broadcast_object_list([meta], src=self.src, group=self.group)
-        flat = [t.reshape(-1).view(torch.uint8) for t in tensors]
-        for bucket in self._buckets([f.numel() for f in flat]):
-            if not bucket:
-                continue
+        self._broadcast_meta(meta)
+
+        def as_bytes(i: int) -> torch.Tensor:  # a sharded tensor is gathered only now, bucket by bucket
+            return _full(tensors[i]).contiguous().reshape(-1).view(torch.uint8)
+
+        for bucket in self._buckets([_num_bytes(t) for t in tensors]):
             if len(bucket) == 1:
-                buf = flat[bucket[0]].to(self.device)
+                buf = as_bytes(bucket[0]).to(self.device)
             else:
-                buf = torch.cat([flat[i].to(self.device) for i in bucket])
-            dist.broadcast(buf, src=self.src, group=self.group)
+                buf = torch.cat([as_bytes(i).to(self.device) for i in bucket])
+            self._broadcast(buf)
         self._local = update
 
-    def recv(self) -> WeightUpdate | None:
-        if dist.get_rank() == self.src:
+    def recv(
+        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
+    ) -> WeightUpdate | None:
+        """Receive the next update. A tensor sent on its own lands straight in its ``targets`` tensor (no staging
+        copy) when that one is contiguous with the same shape and dtype on the transport's device and the update
+        applies on top of ``held_version`` (newer; a delta based on it); else it is staged, so a receiver that
+        refuses the update keeps its weights."""
+        if self.rank == self.src:
             update, self._local = self._local, None
             return update
-        box: list[object] = [None]
-        dist.broadcast_object_list(box, src=self.src, group=self.group)
-        meta = box[0]
-        assert isinstance(meta, dict)
+        meta = self._broadcast_meta(None)
         dtypes = [getattr(torch, d) for d in meta["dtypes"]]
+        if not all(isinstance(dt, torch.dtype) for dt in dtypes):
+            raise ValueError(f"weight update names an unknown dtype: {meta['dtypes']}")
         sizes = [
             int(torch.Size(shape).numel()) * torch.empty((), dtype=dt).element_size()
             for shape, dt in zip(meta["shapes"], dtypes)
         ]
+        applies = meta["version"] > held_version and meta["base_version"] in (None, held_version)
+        in_place = targets if applies else None
         tensors: dict[str, torch.Tensor] = {}
         for bucket in self._buckets(sizes):
-            if not bucket:
-                continue
+            if len(bucket) == 1 and in_place is not None:
+                i = bucket[0]
+                dst = in_place.get(meta["names"][i])
+                if (
+                    dst is not None
+                    and dst.dtype == dtypes[i]
+                    and list(dst.shape) == list(meta["shapes"][i])
+                    and dst.device == self.device
+                    and dst.is_contiguous()
+                ):
+                    self._broadcast(dst.detach().reshape(-1).view(torch.uint8))
+                    tensors[meta["names"][i]] = dst.detach()
+                    continue
             buf = torch.empty(sum(sizes[i] for i in bucket), dtype=torch.uint8, device=self.device)
-            dist.broadcast(buf, src=self.src, group=self.group)
+            self._broadcast(buf)
             offset = 0
             for i in bucket:
                 chunk = buf[offset : offset + sizes[i]]
@@ -387,7 +564,11 @@ class WeightSync:
                 self.transport.send(update)
                 sent = True
         if self.receiver is not None or (self.transport.collective and not sent):
-            update = self.transport.recv()
+            if self.receiver is None or sent:
+                update = self.transport.recv()
+            else:
+                targets = self.receiver.model.state_dict(keep_vars=True)
+                update = self.transport.recv(targets, held_version=self.receiver.version)
             if self.receiver is not None:
                 if update is None:
                     raise RuntimeError("no weight update pending for the rollout side")

@@ -131,13 +131,15 @@ def test_real_robotwin_task_through_the_adapter(task: str) -> None:
 
 @pytest.mark.slow
 def test_a_construction_that_never_ends_is_bounded() -> None:
-    """stack_blocks_three describes its scene by running RoboTwin's expert, which finds no grasp for the stand-in
-    robot; RoboTwin's VectorEnv then keeps retrying seeds and its constructor never returns."""
+    """A VectorEnv whose constructor does not return in time is killed and named. stack_blocks_three can retry seeds
+    for a long time (its expert often finds no grasp for the stand-in robot, and RoboTwin then tries the next seed
+    forever), but whether one is found depends on the machine; a 2 s bound is shorter than any RoboTwin construction
+    (importing SAPIEN alone takes longer), so the bound fires on every machine."""
     cfg = _cfg("stack_blocks_three")
-    cfg = cfg.replace(extra={**cfg.extra, "construct_timeout_s": 30})
+    cfg = cfg.replace(extra={**cfg.extra, "construct_timeout_s": 2})
     start = time.monotonic()
     with pytest.raises(
-        RoboTwinUnavailableError, match=r"VectorEnv did not finish within 30 s.*retries the next"
+        RoboTwinUnavailableError, match=r"VectorEnv did not finish within 2 s.*retries the next"
     ):
         make_env(cfg)
-    assert time.monotonic() - start < 75  # the child was killed, not waited for
+    assert time.monotonic() - start < 45  # the child was killed, not waited for

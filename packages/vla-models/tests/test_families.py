@@ -145,3 +145,16 @@ def test_importing_the_package_and_listing_families_imports_no_model_code() -> N
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "('openpi', 'openvla', 'openvla_oft') []", out.stderr
+
+
+def test_a_folder_is_read_by_the_family_whose_layout_it_holds(tmp_path: Path) -> None:
+    """Published OpenVLA folders: with OpenVLA-OFT's training side files they are OFT folders, without them
+    OpenVLA ones; a folder no family reads names what it lacks."""
+    from vla_models.families import family_for_checkpoint
+
+    official = Path(__file__).parent / "official_vla"
+    assert family_for_checkpoint(official / "openvla" / "checkpoint").name == "openvla"
+    assert family_for_checkpoint(official / "openvla_oft" / "checkpoint").name == "openvla_oft"
+    assert family_for_checkpoint(tmp_path) is None
+    with pytest.raises(FileNotFoundError, match="config.json does not exist"):
+        load_policy(tmp_path)

@@ -424,7 +424,7 @@ def published_prismatic_folder(path: Path) -> bool | None:
         return None
     if not isinstance(d, dict) or "vla_models" in d:
         return None
-    return any(path.glob(pattern) for pattern in SIDE_FILES.values())
+    return any(next(path.glob(pattern), None) is not None for pattern in SIDE_FILES.values())
 
 
 def load_prismatic(path: str | Path, **overrides: Any) -> Any:

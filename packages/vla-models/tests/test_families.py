@@ -156,5 +156,5 @@ def test_a_folder_is_read_by_the_family_whose_layout_it_holds(tmp_path: Path) ->
     assert family_for_checkpoint(official / "openvla" / "checkpoint").name == "openvla"
     assert family_for_checkpoint(official / "openvla_oft" / "checkpoint").name == "openvla_oft"
     assert family_for_checkpoint(tmp_path) is None
-    with pytest.raises(FileNotFoundError, match="config.json does not exist"):
+    with pytest.raises(FileNotFoundError, match=r"config\.json does not exist"):
         load_policy(tmp_path)

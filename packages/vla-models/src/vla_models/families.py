@@ -56,8 +56,10 @@ class ModelFamily:
             registration order (built-in families in name order) and the first that accepts a folder loads it.
         checkpoint_layouts: names of the layouts ``load`` reads.
         fsdp_wrap_classes: module class names FSDP shards one by one.
-        settings_keys: the keys of an ``actor.model``-style settings dict this family reads; any other key must
-            keep its default (``check_settings`` of the app refuses it otherwise).
+        settings_keys: the keys of an ``actor.model``-style settings dict this family reads; a key that only other
+            families read must keep its default, or the value ``unread_settings`` gives (an app refuses others).
+        unread_settings: the one value allowed for a key this family does not read, where that is not the
+            settings' default (e.g. ``use_proprio: False`` for a policy without a proprio input).
         check_settings: ``(settings dict, prefix)`` -> one-line errors naming each key as ``prefix + key``
             (e.g. ``"actor.model."``), the bad value and what is allowed; imports no model code.
         config_from_settings: settings dict (the keys above, ``size`` and ``image_size``) -> config of a policy
@@ -80,6 +82,7 @@ class ModelFamily:
     checkpoint_layouts: tuple[str, ...] = ()
     fsdp_wrap_classes: tuple[str, ...] = ()
     settings_keys: frozenset[str] = frozenset()
+    unread_settings: Mapping[str, Any] = field(default_factory=dict)
     check_settings: Callable[[Mapping[str, Any], str], list[str]] = _no_errors
     config_from_settings: Callable[[Mapping[str, Any]], Any] = _no_config_from_settings
     load_settings: Callable[[Mapping[str, Any]], dict[str, Any]] = _no_load_settings

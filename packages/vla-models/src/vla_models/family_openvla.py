@@ -250,5 +250,6 @@ register_family(
         policy="vla_models.openvla.modeling_openvla:OpenVLAPolicy",
         published=False,
         check_settings=_openvla_checks,
+        unread_settings={"use_proprio": False},  # no proprio token
     )
 )

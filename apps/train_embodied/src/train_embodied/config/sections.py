@@ -329,7 +329,7 @@ class ModelSection:
         family = get_family(self.model_type)
         others = {key for f in families() if f is not family for key in f.settings_keys}
         for key in sorted(others - family.settings_keys, key=_FIELD_ORDER.index):
-            value, default = getattr(self, key), _DEFAULTS[key]
+            value, default = getattr(self, key), family.unread_settings.get(key, _DEFAULTS[key])
             if value != default:
                 readers = ", ".join(f.name for f in families() if key in f.settings_keys)
                 errors.append(

@@ -321,21 +321,9 @@ class ModelSection:
     def check(self, prefix: str) -> list[str]:
         """The keys every family reads, then the family's own checks; a key only other families read must keep
         its default."""
-        from vla_models import families, family_names, get_family
+        from vla_models import families, family_names, registered_families
 
         errors = one_of(f"{prefix}.model_type", self.model_type, family_names())
-        if errors:
-            return errors
-        family = get_family(self.model_type)
-        others = {key for f in families() if f is not family for key in f.settings_keys}
-        for key in sorted(others - family.settings_keys, key=_FIELD_ORDER.index):
-            value, default = getattr(self, key), family.unread_settings.get(key, _DEFAULTS[key])
-            if value != default:
-                readers = ", ".join(f.name for f in families() if key in f.settings_keys)
-                errors.append(
-                    f"{prefix}.{key}={value!r} is invalid with model_type={self.model_type!r} (read by model_type "
-                    f"{readers} only; allowed: {default!r})"
-                )
         errors += one_of(f"{prefix}.size", self.size, MODEL_SIZES)
         errors += one_of(f"{prefix}.precision", self.precision, PRECISIONS)
         errors += at_least(f"{prefix}.action_dim", self.action_dim, 1)
@@ -346,6 +334,18 @@ class ModelSection:
             errors.append(
                 f"{prefix}.model_path={self.model_path!r} is invalid: size=full loads a checkpoint folder"
             )
+        family = registered_families().get(self.model_type)
+        if family is None:
+            return errors
+        others = {key for f in families() if f is not family for key in f.settings_keys}
+        for key in sorted(others - family.settings_keys, key=_FIELD_ORDER.index):
+            value, default = getattr(self, key), family.unread_settings.get(key, _DEFAULTS[key])
+            if value != default:
+                readers = ", ".join(f.name for f in families() if key in f.settings_keys)
+                errors.append(
+                    f"{prefix}.{key}={value!r} is invalid with model_type={self.model_type!r} (read by model_type "
+                    f"{readers} only; allowed: {default!r})"
+                )
         return errors + family.check_settings(self.settings(), f"{prefix}.")
 
 

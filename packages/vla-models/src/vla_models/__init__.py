@@ -31,12 +31,13 @@ if TYPE_CHECKING:
     from vla_models.openpi import OpenPiConfig, OpenPiPolicy
     from vla_models.openvla import OpenVLAConfig, OpenVLAPolicy
     from vla_models.openvla_oft import OpenVLAOFTConfig, OpenVLAOFTPolicy
-    from vla_models.policy_base import concat_forward_inputs
+    from vla_models.policy_base import PROMPT_KEYS, concat_forward_inputs, pad_prompts
     from vla_models.policy_output import PolicyOutput
     from vla_models.prismatic import LanguageModelConfig, PrismaticConfig, VisionTowerConfig
     from vla_models.tokenizer import build_tiny_tokenizer, load_tokenizer
 
 __all__ = [
+    "PROMPT_KEYS",
     "ActionTokenizer",
     "BoundsNormalizer",
     "LanguageModelConfig",
@@ -62,6 +63,7 @@ __all__ = [
     "get_family",
     "load_policy",
     "load_tokenizer",
+    "pad_prompts",
     "prismatic_family",
     "register_family",
     "registered_families",
@@ -87,6 +89,8 @@ __getattr__, __dir__ = lazy_exports(
         "OpenVLAOFTConfig": "vla_models.openvla_oft.configuration_openvla_oft",
         "OpenVLAOFTPolicy": "vla_models.openvla_oft.modeling_openvla_oft",
         "concat_forward_inputs": "vla_models.policy_base",
+        "pad_prompts": "vla_models.policy_base",
+        "PROMPT_KEYS": "vla_models.policy_base",
         "PolicyOutput": "vla_models.policy_output",
         "LanguageModelConfig": "vla_models.prismatic.configuration_prismatic",
         "PrismaticConfig": "vla_models.prismatic.configuration_prismatic",

@@ -25,10 +25,10 @@ from vla_models.action_tokenizer import ActionTokenizer
 from vla_models.dtypes import DTYPES
 from vla_models.lora import apply_lora, merge_lora_
 from vla_models.normalization import normalizer_for, select_unnorm_key
-from vla_models.openvla.configuration_openvla import OpenVLAConfig
-from vla_models.openvla.processing_openvla import OpenVLAProcessor
 from vla_models.policy_output import PolicyOutput
+from vla_models.prismatic.action_head import L1RegressionActionHead
 from vla_models.prismatic.modeling_prismatic import PrismaticBackbone
+from vla_models.prismatic.processing_prismatic import OpenVLAProcessor
 from vla_models.value_head import ValueHead
 
 
@@ -112,7 +112,8 @@ class PrismaticVLAPolicy(nn.Module):
     # OpenVLA-OFT adds 1e-8 to the normalisation range; OpenVLA does not
     normalization_eps: float = 0.0
 
-    def __init__(self, config: OpenVLAConfig, tokenizer: Any) -> None:
+    def __init__(self, config: Any, tokenizer: Any) -> None:
+        """``config``: an ``OpenVLAConfig`` (or a subclass: the family's own config)."""
         super().__init__()
         self.config = config
         cfg = config
@@ -138,8 +139,6 @@ class PrismaticVLAPolicy(nn.Module):
         self.action_tokenizer = ActionTokenizer(vocab_size=cfg.backbone.vocab_size, n_bins=cfg.n_action_bins)
         self._set_layout()
         if getattr(cfg, "action_head", "discrete") == "l1":
-            from vla_models.openvla_oft.action_head import L1RegressionActionHead
-
             self.l1_head = L1RegressionActionHead(hidden_size=h, action_dim=cfg.action_dim)
         else:
             self.l1_head = None

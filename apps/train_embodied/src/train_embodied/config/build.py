@@ -254,8 +254,8 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             f"env.train.max_steps_per_rollout_epoch={tc.train_run.max_steps_per_rollout_epoch!r} is invalid: "
             f"must be a multiple of actor.model.num_action_chunks={model.num_action_chunks!r}"
         )
-    # OpenVLA families are built for the env's square frames; pi0 / pi0.5 resize any frame with padding
-    if not model.model_path and model.model_type != "openpi":
+    # a policy built from scratch takes its image_size frames, unless its family resizes frames itself
+    if not model.model_path and _fixed_image_size(model.model_type):
         for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
             if env.image_hw != (model.image_size, model.image_size):
                 errors.append(
@@ -281,6 +281,14 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
         elif model.model_path:
             errors += _check_model_folder(model)
     return errors
+
+
+def _fixed_image_size(model_type: str) -> bool:
+    """Whether a policy of `model_type` built from scratch only takes frames of its image_size (an unknown
+    model_type is reported by the model section)."""
+    from vla_models import family_names, get_family
+
+    return model_type in family_names() and get_family(model_type).fixed_image_size
 
 
 def _check_model_folder(model: ModelSection) -> list[str]:

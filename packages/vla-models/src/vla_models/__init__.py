@@ -14,12 +14,13 @@ from vla_models.normalization import BoundsNormalizer, stats_from_bounds
 from vla_models.openpi import OpenPiConfig, OpenPiPolicy
 from vla_models.openvla import OpenVLAConfig, OpenVLAPolicy
 from vla_models.openvla_oft import OpenVLAOFTConfig, OpenVLAOFTPolicy
-from vla_models.policy_base import concat_forward_inputs
+from vla_models.policy_base import PROMPT_KEYS, concat_forward_inputs, pad_prompts
 from vla_models.policy_output import PolicyOutput
 from vla_models.prismatic import LanguageModelConfig, PrismaticConfig, VisionTowerConfig
 from vla_models.tokenizer import build_tiny_tokenizer, load_tokenizer
 
 __all__ = [
+    "PROMPT_KEYS",
     "ActionTokenizer",
     "BoundsNormalizer",
     "LanguageModelConfig",
@@ -42,6 +43,7 @@ __all__ = [
     "fsdp_wrap_classes",
     "load_policy",
     "load_tokenizer",
+    "pad_prompts",
     "register_family",
     "registered_families",
     "stats_from_bounds",

@@ -130,11 +130,6 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 
 @torch.no_grad()
 def policy_values(policy: Any, obs: dict[str, Any]) -> torch.Tensor:
-    """V(obs) float32 [B]; zeros for a policy without a value head (and for an empty batch, which a rank
-    receives when the rows to value are fewer than the ranks)."""
-    if len(obs["task_descriptions"]) == 0:
-        return torch.zeros(0)
-    out = policy.predict(obs, mode="greedy")
-    if out.values is None:
-        return torch.zeros(len(obs["task_descriptions"]))
-    return out.values
+    """V(obs) float32 [B] from the policy's prefix forward (`policy.values`); zeros for a policy without a value
+    head and for an empty batch (a rank receives one when the rows to value are fewer than the ranks)."""
+    return policy.values(obs)

@@ -284,6 +284,26 @@ class PrismaticVLAPolicy(nn.Module):
         positions that predict each action token."""
         return self.action_hidden_states(forward_inputs).float() @ self._action_weight().float().T
 
+    def _critic_input(self, fi: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The value head's input ``[B, H]``: the hidden state just before the first action slot. Unless every
+        position sees the slots (``full_attention``), that position sees only the prefix, so the prefix alone is
+        run (no slots, no decoding)."""
+        if self.full_attention:
+            return self._hidden_at_actions(fi)[1]
+        prefix, valid = self._prefix(fi)
+        mask = build_attention_mask(valid, 0, bidirectional=False)
+        hidden, _ = self.backbone.decode(prefix, mask, position_ids_from(valid))
+        return hidden[:, -1]
+
+    @torch.no_grad()
+    def values(self, obs: Mapping[str, Any]) -> torch.Tensor:
+        """V(obs) float32 ``[B]`` from one forward (the prefix), equal to ``predict(obs).values`` to float
+        rounding; zeros without a value head or for an empty batch."""
+        b = len(obs["task_descriptions"])
+        if self.value_head is None or b == 0:
+            return torch.zeros(b, device=self.device)
+        return self._values(self._critic_input(self.prepare_inputs(obs)))
+
     def _values(self, critic_input: torch.Tensor) -> torch.Tensor | None:
         if self.value_head is None:
             return None

@@ -109,9 +109,8 @@ def _discover() -> None:
     if _DISCOVERED:
         return
     _DISCOVERED = True
-    import vla_models
-
-    names = sorted(m.name for m in pkgutil.iter_modules(vla_models.__path__) if m.name.startswith("family_"))
+    here = [str(Path(__file__).parent)]  # this package's folder (not `vla_models.__path__`: no import back)
+    names = sorted(m.name for m in pkgutil.iter_modules(here) if m.name.startswith("family_"))
     for name in names:
         importlib.import_module(f"vla_models.{name}")
 

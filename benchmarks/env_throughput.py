@@ -39,8 +39,8 @@ def main() -> None:
     parser.add_argument("--hide-far-meshes", action="store_true")
     args = parser.parse_args()
     base = EnvConfig(
-        task=args.task, image_size=args.image_size, action_repeat=args.action_repeat, max_episode_steps=100,
-        hide_far_meshes=args.hide_far_meshes,
+        env_type="metaworld", task=args.task, image_size=args.image_size, action_repeat=args.action_repeat,
+        max_episode_steps=100, extra={"hide_far_meshes": args.hide_far_meshes},
     )  # fmt: skip
     os.environ.setdefault("LP_NUM_THREADS", "1")  # same llvmpipe setting as the workers
     rng = np.random.default_rng(0)

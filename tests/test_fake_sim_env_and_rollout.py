@@ -21,6 +21,7 @@ from vla_envs.vector import VectorEnv
 sys.path.insert(0, str(Path(__file__).parent))
 import fake_counter_sim as fake
 
+fake.register()  # EnvConfig accepts registered env types only
 # reset ids 0, 1, 2, 3 succeed after 1, 2, 3 steps, and never (the time limit, 5 steps, truncates them)
 IDS = [0, 1, 2, 3]
 

@@ -105,8 +105,9 @@ def shrunk_overrides(name: str) -> list[str]:
     else:  # the OpenVLA families' tiny widths (pi0's tiny size fixes its own)
         out += [
             "++actor.model.extra.hidden_size=64",
-            # the tiny default (32 tokens) is shorter than LIBERO-10's prompts; RoboTwin's reach 70 tokens
-            f"++actor.model.extra.prompt_length={128 if train.env_type == 'robotwin' else 64}",
+            # the prompt width as shipped: the batch's longest prompt unless the config fixes one, so tasks with
+            # instructions of different lengths on different ranks, stages and decisions are joined as shipped
+            f"++actor.model.extra.prompt_length={model.extra.get('prompt_length') or 'null'}",
         ]
     for section, env in (("train", train), ("eval", tc.env_eval)):
         if not (env.env_type == "robotwin" and env.extra.get("center_crop") is False):  # native frame only

@@ -77,8 +77,8 @@ def test_contradicting_settings_name_key_and_both_values(tmp_path: Path) -> None
 def test_openvla_refuses_oft_only_keys() -> None:
     errors = ModelSection(model_type="openvla", use_proprio=True, num_images_in_input=2).check("actor.model")
     assert (
-        "actor.model.use_proprio=True is invalid with model_type='openvla' (OpenVLA-OFT only; allowed: False)"
-        in errors
+        "actor.model.use_proprio=True is invalid with model_type='openvla' (read by model_type openpi, "
+        "openvla_oft only; allowed: False)" in errors
     )
     assert any(e.startswith("actor.model.num_images_in_input=2 is invalid") for e in errors)
     errors = ModelSection(implement_version="rlinf", use_proprio=True).check("actor.model")

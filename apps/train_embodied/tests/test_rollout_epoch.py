@@ -54,9 +54,15 @@ def test_joined_rollouts_give_each_rollout_its_own_advantages(adv_type: str) -> 
         torch.testing.assert_close(together.advantages[:t, cols][mask], alone.advantages[mask])
 
 
-def test_rollouts_of_different_prompt_widths_are_refused_with_the_key() -> None:
-    with pytest.raises(ValueError, match="prompt_length"):
-        concat_rollouts([_rollout(3, 2, 1, 0, prompt=5), _rollout(3, 2, 1, 1, prompt=7)])
+def test_rollouts_of_different_prompt_widths_join_left_padded() -> None:
+    """Rollouts of tasks with instructions of different lengths (prompt_length: null) join: the narrower prompts
+    are left-padded (the policy masks the padding out)."""
+    narrow, wide = _rollout(3, 2, 1, 0, prompt=5), _rollout(2, 2, 1, 1, prompt=7, all_end=True)
+    joined = concat_rollouts([narrow, wide])
+    ids = joined.forward_inputs["input_ids"]
+    assert ids.shape == (3, 4, 7)
+    assert torch.equal(ids[:, :2, 2:], narrow.forward_inputs["input_ids"]) and not ids[:, :2, :2].any()
+    assert torch.equal(ids[:2, 2:], wide.forward_inputs["input_ids"]) and not ids[2:, 2:].any()
 
 
 def test_a_shorter_rollout_with_unfinished_episodes_is_refused() -> None:

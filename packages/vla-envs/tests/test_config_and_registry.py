@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -35,27 +36,67 @@ from vla_envs.evaluation import iter_reset_state_batches
 )
 def test_config_rejects_bad_values_naming_the_key(changes: dict, key: str) -> None:
     with pytest.raises(ValueError, match=f"EnvConfig.{key}="):
-        EnvConfig(task="reach-v3", **changes) if "task" not in changes else EnvConfig(**changes)
+        base = (
+            {"env_type": "metaworld"} if "task" in changes else {"env_type": "metaworld", "task": "reach-v3"}
+        )
+        EnvConfig(**base, **changes)
 
 
 def test_config_from_dict_accepts_video_cfg_alias_and_rejects_unknown_keys() -> None:
     cfg = EnvConfig.from_dict(
-        {"task": "reach-v3", "video_cfg": {"save_video": True, "video_base_dir": "/tmp/v"}}
+        {
+            "env_type": "metaworld",
+            "task": "reach-v3",
+            "video_cfg": {"save_video": True, "video_base_dir": "/tmp/v"},
+        }
     )
     assert (
         isinstance(cfg.video, VideoConfig) and cfg.video.save_video and cfg.video.video_base_dir == "/tmp/v"
     )
     with pytest.raises(ValueError, match="unknown keys \\['max_steps'\\]"):
-        EnvConfig.from_dict({"task": "reach-v3", "max_steps": 3})
-    assert EnvConfig(num_envs=5, envs_per_worker=2).num_workers == 3
-    assert EnvConfig(num_envs=5, envs_per_worker=0).num_workers == 0
-    assert EnvConfig(image_size=(48, 64)).image_hw == (48, 64)
+        EnvConfig.from_dict({"env_type": "metaworld", "task": "reach-v3", "max_steps": 3})
+    assert EnvConfig(env_type="metaworld", num_envs=5, envs_per_worker=2).num_workers == 3
+    assert EnvConfig(env_type="metaworld", num_envs=5, envs_per_worker=0).num_workers == 0
+    assert EnvConfig(env_type="metaworld", image_size=(48, 64)).image_hw == (48, 64)
 
 
-def test_unknown_env_type_lists_valid_ones() -> None:
-    with pytest.raises(ValueError, match=r"unknown env_type 'mujoco_foo'; valid env types: \[.*'metaworld'"):
-        make_env(EnvConfig(env_type="mujoco_foo"))
+def test_env_type_is_required_and_must_be_registered() -> None:
+    known = ", ".join(list_env_types())  # every registered type, those other tests register included
+    assert {"libero", "maniskill", "metaworld", "robotwin"} <= set(list_env_types())
+    with pytest.raises(ValueError, match=re.escape(f"EnvConfig.env_type is required: one of: {known}")):
+        EnvConfig(task="reach-v3")
+    with pytest.raises(ValueError, match=r"EnvConfig\.env_type is required"):
+        make_env({"task": "reach-v3"})
+    with pytest.raises(
+        ValueError, match=re.escape(f"EnvConfig.env_type='mujoco_foo' is not one of: {known}") + "$"
+    ):
+        EnvConfig(env_type="mujoco_foo")
+    with pytest.raises(
+        ValueError, match=r"env_type='metawrld' is not one of: .* \(did you mean 'metaworld'\?\)"
+    ):
+        EnvConfig.from_dict({"env_type": "metawrld"})
     assert {"metaworld", "maniskill"} <= set(list_env_types())
+
+
+def test_adapter_defaults_live_with_the_adapter() -> None:
+    from vla_envs.checks import check_env_config
+    from vla_envs.libero.options import resolve_options as libero_options
+    from vla_envs.metaworld.options import resolve_options as metaworld_options
+
+    # no camera: each adapter's own default; MetaWorld-only settings are MetaWorld's `extra` keys
+    assert EnvConfig(env_type="metaworld").camera is None
+    assert metaworld_options(EnvConfig(env_type="metaworld")).camera == "corner2"
+    assert libero_options(EnvConfig(env_type="libero", task="x")).image_hw == (64, 64)
+    opts = metaworld_options(EnvConfig(env_type="metaworld", extra={"hide_far_meshes": True}))
+    assert opts.hide_far_meshes and not metaworld_options(EnvConfig(env_type="metaworld")).hide_far_meshes
+    with pytest.raises(ValueError, match="unknown keys \\['hide_far_meshes'\\] for env_type='libero'"):
+        libero_options(EnvConfig(env_type="libero", task="x", extra={"hide_far_meshes": True}))
+    with pytest.raises(ValueError, match="extra\\['hide_far_meshes'\\]='yes' is invalid"):
+        check_env_config(EnvConfig(env_type="metaworld", task="reach-v3", extra={"hide_far_meshes": "yes"}))
+    with pytest.raises(TypeError, match="hide_far_meshes"):
+        EnvConfig(env_type="metaworld", hide_far_meshes=True)  # type: ignore[call-arg]
+    with pytest.raises(ValueError, match="camera='corner2' is invalid for env_type='libero'"):
+        libero_options(EnvConfig(env_type="libero", task="x", camera="corner2"))
 
 
 def test_register_env_type_and_list_tasks() -> None:

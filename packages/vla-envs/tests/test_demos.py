@@ -42,7 +42,11 @@ def test_generate_demos_in_workers_and_load(tmp_path) -> None:
     from vla_envs.metaworld.sim import MetaWorldSim
 
     cfg = EnvConfig(
-        task="drawer-close-v3", image_size=48, action_repeat=4, num_trials_per_task=10 * DEMO_TRIAL_OFFSET
+        env_type="metaworld",
+        task="drawer-close-v3",
+        image_size=48,
+        action_repeat=4,
+        num_trials_per_task=10 * DEMO_TRIAL_OFFSET,
     )
     sim = MetaWorldSim(cfg, ["drawer-close-v3"], goal_observable=True)
     try:

@@ -14,7 +14,14 @@ pytestmark = pytest.mark.filterwarnings("ignore:Constant\\(s\\) may be too high:
 
 
 def _env(**changes):
-    base = {"task": TASK, "num_envs": 2, "envs_per_worker": 0, "image_size": 64, "action_repeat": 4}
+    base = {
+        "env_type": "metaworld",
+        "task": TASK,
+        "num_envs": 2,
+        "envs_per_worker": 0,
+        "image_size": 64,
+        "action_repeat": 4,
+    }
     return make_env(EnvConfig(**{**base, **changes}))
 
 

@@ -13,7 +13,14 @@ from vla_envs import EnvConfig, make_env  # first: sets MUJOCO_GL before metawor
 
 pytest.importorskip("metaworld")
 
-BASE = {"task": "reach-v3", "num_envs": 4, "envs_per_worker": 2, "image_size": 32, "max_episode_steps": 20}
+BASE = {
+    "env_type": "metaworld",
+    "task": "reach-v3",
+    "num_envs": 4,
+    "envs_per_worker": 2,
+    "image_size": 32,
+    "max_episode_steps": 20,
+}
 
 
 @pytest.mark.slow

@@ -43,6 +43,7 @@ def build_ending_sims(cfg, spec, rows):
 
 def test_crash_during_evaluation_keeps_ended_rows_and_reset_ids() -> None:
     cfg = EnvConfig(
+        env_type="metaworld",
         task="reach-v3",
         num_envs=2,
         envs_per_worker=2,  # one worker holds both rows

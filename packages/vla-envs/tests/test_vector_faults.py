@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vla_envs import EnvConfig, SimulatorUnavailable
+from vla_envs import EnvConfig, SimulatorUnavailable, register_env_type
 from vla_envs import vector as vector_mod
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
@@ -85,6 +85,10 @@ def build_counting_sims(cfg, spec, rows):
     _fault(spec.options["plan"], "build")
     time.sleep(spec.options.get("build_sleep", 0.0))
     return [CountingSim(spec.options["plan"], spec.options.get("step_sleep", 0.0)) for _ in rows]
+
+
+# EnvConfig accepts registered env types only; these tests build VectorEnv directly with their own SimSpec
+register_env_type("counting", lambda cfg: None)
 
 
 def make(

@@ -43,6 +43,7 @@ def build_faulty_sims(cfg, spec, rows):
 
 def test_worker_exception_does_not_desynchronise_other_workers() -> None:
     cfg = EnvConfig(
+        env_type="metaworld",
         task="reach-v3",
         num_envs=2,
         envs_per_worker=1,

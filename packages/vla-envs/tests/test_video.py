@@ -23,7 +23,13 @@ def test_episode_video_written_and_readable(tmp_path) -> None:
     video = VideoConfig(save_video=True, info_on_video=True, video_base_dir=str(tmp_path), max_envs=1)
     env = make_env(
         EnvConfig(
-            task="reach-v3", num_envs=2, envs_per_worker=0, image_size=32, max_episode_steps=4, video=video
+            env_type="metaworld",
+            task="reach-v3",
+            num_envs=2,
+            envs_per_worker=0,
+            image_size=32,
+            max_episode_steps=4,
+            video=video,
         )
     )
     try:

@@ -40,6 +40,13 @@ class Shard(Worker):
     def own_rows(self, n):
         return np.full((n, 2), self.rank)
 
+    @register(
+        "split", collect=lambda outs: np.concatenate([np.pad(o, (len(outs) - len(o), 0)) for o in outs])
+    )
+    def ragged(self, x):
+        """Rows of rank r widened by r: a join only the method's owner knows (left-pad each to the widest)."""
+        return np.ones(len(x) + self.rank)
+
     def whoami(self):
         return self.info
 
@@ -85,6 +92,11 @@ def test_all_to_all_rank_zero_one_to_all(group):
     assert group.lead() == "rank 0 of 3"
     assert [info.rank for info in group.whoami()] == [0, 1, 2]
     assert group.own_rows(2).tolist() == [[0, 0], [0, 0], [1, 1], [1, 1], [2, 2], [2, 2]]
+
+
+def test_a_method_joins_its_outputs_with_its_own_collect_function(group):
+    out = group.ragged(np.zeros(3))  # one row per rank, widened by the rank: 1, 2, 3 ones, padded to 3
+    assert out.tolist() == [0, 0, 1, 0, 1, 1, 1, 1, 1]
 
 
 def test_worker_info_and_device():

@@ -191,6 +191,16 @@ def test_forward_inputs_of_rollouts_stack(make_obs_fn) -> None:
     )
     logp, _, _ = free.evaluate(joined)
     torch.testing.assert_close(logp, torch.cat([a.logprobs, b.logprobs]), atol=1e-5, rtol=1e-5)
+    # the padding is masked out, so any valid id pads (the default 0); decisions stacked [T, B, ...] join on dim 1
+    stacked = concat_forward_inputs(
+        [{k: v.unsqueeze(0) for k, v in fi.items()} for fi in (a.forward_inputs, b.forward_inputs)], dim=1
+    )
+    assert stacked["input_ids"].shape[:2] == (1, 5)
+    assert not stacked["text_mask"][
+        0, :2, : stacked["input_ids"].shape[-1] - a.forward_inputs["input_ids"].shape[1]
+    ].any()
+    logp, _, _ = free.evaluate({k: v[0] for k, v in stacked.items()})
+    torch.testing.assert_close(logp, torch.cat([a.logprobs, b.logprobs]), atol=1e-5, rtol=1e-5)
 
 
 def test_config_from_flat_dict() -> None:

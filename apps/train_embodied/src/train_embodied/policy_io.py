@@ -9,106 +9,26 @@ import torch
 from train_embodied.config.sections import ModelSection, OptimSection
 
 
-def _oft_settings(section: ModelSection) -> dict[str, Any]:
-    """The OpenVLA-OFT keys of `section` (proprio_dim only where a proprio input exists)."""
-    out: dict[str, Any] = dict(
-        use_proprio=section.use_proprio,
-        num_images_in_input=section.num_images_in_input,
-        use_film=section.use_film,
-        action_head=section.action_head,
-    )
-    if section.use_proprio:
-        out["proprio_dim"] = section.proprio_dim
-    if section.implement_version is not None:
-        out["implement_version"] = section.implement_version
-    return out
-
-
 def model_config(section: ModelSection, env_spec: dict[str, Any] | None = None) -> Any:
-    """The vla_models typed config of a tiny policy described by `section` (`extra` keys pass through)."""
-    from vla_models.openvla.configuration_openvla import OpenVLAConfig
-    from vla_models.openvla_oft.configuration_openvla_oft import OpenVLAOFTConfig
+    """The vla_models typed config of a tiny policy described by `section` (`extra` keys pass through), made by
+    the section's model family."""
+    from vla_models import get_family
 
     action_dim = int(env_spec["action_dim"]) if env_spec else section.action_dim
     if action_dim != section.action_dim:
         raise ValueError(
             f"actor.model.action_dim={section.action_dim} does not match the env's action_dim={action_dim}"
         )
-    if section.model_type == "openpi":
-        return _openpi_config(section)
-    common: dict[str, Any] = dict(
-        action_dim=section.action_dim,
-        num_action_chunks=section.num_action_chunks,
-        n_action_bins=section.n_action_bins,
-        unnorm_key=section.unnorm_key,
-        add_value_head=section.add_value_head,
-        is_lora=section.is_lora,
-        lora_rank=section.lora_rank,
-        precision=section.precision,
-    )
-    extra = dict(section.extra)
-    sizes = {k: extra.pop(k) for k in ("patch_size", "hidden_size") if k in extra}
-    if section.model_type == "openvla_oft":
-        common.update(_oft_settings(section))
-        common.setdefault("proprio_dim", section.proprio_dim)
-        return OpenVLAOFTConfig.tiny(image_size=section.image_size, **sizes, **common, **extra)
-    return OpenVLAConfig.tiny(image_size=section.image_size, **sizes, **common, **extra)
-
-
-def _openpi_fields(section: ModelSection) -> dict[str, Any]:
-    """`actor.model` as vla_models OpenPiConfig fields: the flat keys, then the `openpi` / `OpenPI` section
-    (which wins for `num_images_in_input`), then `extra`."""
-    fields: dict[str, Any] = dict(
-        action_dim=section.action_dim,
-        num_action_chunks=section.num_action_chunks,
-        add_value_head=section.add_value_head,
-        precision=section.precision,
-        num_images_in_input=section.num_images_in_input,
-    )
-    fields.update(section.openpi_settings())
-    fields.update(section.extra)
-    return fields
-
-
-def _openpi_config(section: ModelSection) -> Any:
-    from vla_models import config_from_dict
-
-    fields = _openpi_fields(section)
-    stats = fields.pop("norm_stats_path", None)
-    if stats is not None:
-        from vla_models.openpi.processing_openpi import read_norm_stats
-
-        fields["norm_stats"] = read_norm_stats(stats)
-    size = "tiny" if section.size == "tiny" else "pi0_base"
-    extra = {"image_size": section.image_size} if size == "tiny" else {}
-    return config_from_dict({"model_type": "openpi", "size": size, **extra, **fields})
+    return get_family(section.model_type).config_from_settings(section.settings())
 
 
 def load_settings(section: ModelSection) -> dict[str, Any]:
-    """Every `actor.model` setting as `vla_models.load_policy` keywords: the architecture keys, which the
-    checkpoint must agree with (a contradiction is an error naming the key), and the run's own keys (LoRA,
-    value head, precision, un-normalisation key, `extra`)."""
-    if section.model_type == "openpi":
-        fields = _openpi_fields(section)
-        fields.pop("add_value_head")
-        return dict(model_type="openpi", image_size=section.image_size, **fields)
-    settings: dict[str, Any] = dict(
-        model_type=section.model_type,
-        action_dim=section.action_dim,
-        num_action_chunks=section.num_action_chunks,
-        n_action_bins=section.n_action_bins,
-        image_size=section.image_size,
-        is_lora=section.is_lora,
-        lora_rank=section.lora_rank,
-        precision=section.precision,
-        unnorm_key=section.unnorm_key,
-    )
-    if section.model_type == "openvla_oft":
-        settings.update(_oft_settings(section))
-    if section.lora_path:
-        settings["lora_path"] = section.lora_path
-    settings.update(section.extra)
-    return settings
+    """Every `actor.model` setting as `vla_models.load_policy` keywords (made by the section's model family):
+    the architecture keys, which the checkpoint must agree with (a contradiction is an error naming the key),
+    and the run's own keys (LoRA, value head, precision, un-normalisation key, `extra`)."""
+    from vla_models import get_family
+
+    return get_family(section.model_type).load_settings(section.settings())
 
 
 def build_policy_for_run(
@@ -162,8 +82,10 @@ def select_proprio(obs: dict[str, Any], section: ModelSection) -> dict[str, Any]
     MetaWorld states are 39-d (hand xyz, gripper, object poses, goal); the proprio input of the tiny policy is
     the robot's own part (the first 4), as in the CPU prototype, so the task must be read from the image.
     """
+    from vla_models import get_family
+
     states = obs.get("states")
-    if section.model_type == "openpi" and not section.use_proprio:
+    if not section.use_proprio and not get_family(section.model_type).states_without_proprio:
         return {**obs, "states": None}  # a policy without state input (e.g. pi0.5's MetaWorld preset)
     if not section.use_proprio or states is None or states.shape[-1] == section.proprio_dim:
         return obs
@@ -208,11 +130,6 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 
 @torch.no_grad()
 def policy_values(policy: Any, obs: dict[str, Any]) -> torch.Tensor:
-    """V(obs) float32 [B]; zeros for a policy without a value head (and for an empty batch, which a rank
-    receives when the rows to value are fewer than the ranks)."""
-    if len(obs["task_descriptions"]) == 0:
-        return torch.zeros(0)
-    out = policy.predict(obs, mode="greedy")
-    if out.values is None:
-        return torch.zeros(len(obs["task_descriptions"]))
-    return out.values
+    """V(obs) float32 [B] from the policy's prefix forward (`policy.values`); zeros for a policy without a value
+    head and for an empty batch (a rank receives one when the rows to value are fewer than the ranks)."""
+    return policy.values(obs)

@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from vla_envs import select_obs_rows
+from vla_models import concat_forward_inputs, pad_prompts
 
 
 @dataclass
@@ -150,9 +151,7 @@ def _merge_step(
 
     values = None if outs[0]["values"] is None else torch.cat([o["values"] for o in outs])
     return {
-        "forward_inputs": {
-            k: torch.cat([o["forward_inputs"][k] for o in outs]) for k in outs[0]["forward_inputs"]
-        },
+        "forward_inputs": concat_forward_inputs([o["forward_inputs"] for o in outs]),
         "logprobs": torch.cat([o["logprobs"] for o in outs]),
         "values": values,
         "rewards": cat("rewards").astype(np.float32),
@@ -174,9 +173,10 @@ def _stack(
     first_scores: np.ndarray,
     env_steps: int,
 ) -> RolloutBatch:
-    fi_keys = steps[0]["forward_inputs"].keys()
+    # a decision's prompt width is its batch's longest prompt: decisions of other tasks can differ
+    decisions = pad_prompts([s["forward_inputs"] for s in steps])
     return RolloutBatch(
-        forward_inputs={k: torch.stack([s["forward_inputs"][k] for s in steps]) for k in fi_keys},
+        forward_inputs={k: torch.stack([d[k] for d in decisions]) for k in decisions[0]},
         logprobs=torch.stack([s["logprobs"] for s in steps]),
         values=None if steps[0]["values"] is None else torch.stack([s["values"] for s in steps]),
         rewards=torch.as_tensor(np.stack([s["rewards"] for s in steps])),
@@ -204,9 +204,10 @@ def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
     ([T, B1 + B2 + ...]), a shorter rollout (grouped starts stop once every env's episode ended) padded in time
     with masked-out decisions after those ends. Each rollout keeps whole columns, so GAE and GRPO groups see the same data as alone.
 
+    Prompts of different widths are left-padded to the widest.
+
     Raises:
-        ValueError: the rollouts' `forward_inputs` differ in shape beyond time and batch (e.g. prompts of
-            different widths: set `actor.model.extra.prompt_length` for a fixed width).
+        ValueError: a shorter rollout has episodes that never ended.
     """
     if len(batches) == 1:
         return batches[0]
@@ -220,15 +221,9 @@ def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
     def cat(get: Any, fill: float | bool = 0) -> torch.Tensor:
         return torch.cat([_pad_time(get(b), t, fill) for b in batches], dim=1)
 
-    forward_inputs = {}
-    for key in batches[0].forward_inputs:
-        shapes = {tuple(b.forward_inputs[key].shape[2:]) for b in batches}
-        if len(shapes) > 1:
-            raise ValueError(
-                f"algorithm.rollout_epoch: the rollouts' forward_inputs[{key!r}] have different shapes "
-                f"{sorted(shapes)}; set actor.model.extra.prompt_length for a fixed prompt width"
-            )
-        forward_inputs[key] = cat(lambda b, k=key: b.forward_inputs[k])
+    forward_inputs = concat_forward_inputs(
+        [{k: _pad_time(v, t) for k, v in b.forward_inputs.items()} for b in batches], dim=1
+    )
     first = [b.first_scores for b in batches]
     return RolloutBatch(
         forward_inputs=forward_inputs,

@@ -32,6 +32,7 @@ def sft_output_dir(tc: TrainConfig) -> Path:
 def make_demos(tc: TrainConfig, out: Path) -> Path:
     """Generate (or reuse, if the same settings were used before) the expert demos under `out/demos`."""
     from vla_envs.demos import generate_metaworld_demos
+    from vla_envs.metaworld.options import resolve_options
 
     env = tc.env_train
     if env.env_type != "metaworld":
@@ -40,15 +41,16 @@ def make_demos(tc: TrainConfig, out: Path) -> Path:
             f"{env.env_type!r}"
         )
     tasks = [env.task] if env.task else _task_set(env.task_set)
+    opts = resolve_options(env)
     settings = {
         "tasks": tasks,
         "episodes_per_task": tc.sft.num_demos,
         "image_size": int(env.image_hw[0]),
-        "camera": env.camera,
+        "camera": opts.camera,
         "action_repeat": env.action_repeat,
         "max_episode_steps": env.max_episode_steps,
         "reward_mode": env.reward_mode,
-        "hide_far_meshes": env.hide_far_meshes,
+        "hide_far_meshes": opts.hide_far_meshes,
         "seed": tc.sft.demo_seed,
     }
     demo_dir = out / "demos"

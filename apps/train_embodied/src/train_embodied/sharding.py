@@ -16,10 +16,6 @@ from torch import nn
 
 from train_embodied.config.sections import FSDPSection
 
-#: Block classes of the vla_models policies sharded one by one (the Llama decoder layers and the layers of both
-#: vision towers); everything else (embeddings, LM head, projector, value head) belongs to the root unit.
-BLOCK_CLASSES: tuple[str, ...] = ("LlamaDecoderLayer", "Dinov2WithRegistersLayer", "SiglipEncoderLayer")
-
 #: `actor.fsdp_config.sharding_strategy` -> FSDP2 `reshard_after_forward` (ZeRO-3 / ZeRO-2).
 RESHARD_AFTER_FORWARD = {"full_shard": True, "shard_grad_op": False}
 
@@ -30,10 +26,13 @@ def wants_sharding(section: FSDPSection) -> bool:
 
 
 def fsdp_config_for(section: FSDPSection, policy: nn.Module) -> Any:
-    """The vla_infra `FSDPConfig` of `actor.fsdp_config` for `policy` (blocks: the `BLOCK_CLASSES` it has)."""
+    """The vla_infra `FSDPConfig` of `actor.fsdp_config` for `policy`: the block classes its model family
+    declares (e.g. the decoder layers and vision-tower layers) are sharded one by one; everything else
+    (embeddings, LM head, projector, value head) belongs to the root unit."""
     from vla_infra.fsdp import FSDPConfig
-    from vla_models import fsdp_wrap_classes  # the block classes each registered family declares
+    from vla_models import get_family
 
+    blocks = get_family(type(policy.config).family).fsdp_wrap_classes
     present = {type(m).__name__ for m in policy.modules()}
     mixed = section.mixed_precision
     return FSDPConfig(
@@ -42,7 +41,7 @@ def fsdp_config_for(section: FSDPSection, policy: nn.Module) -> Any:
         gradient_checkpointing=section.gradient_checkpointing,
         cpu_offload=section.cpu_offload,
         reshard_after_forward=RESHARD_AFTER_FORWARD[section.sharding_strategy],
-        wrap_classes=tuple(c for c in dict.fromkeys((*BLOCK_CLASSES, *fsdp_wrap_classes())) if c in present),
+        wrap_classes=tuple(c for c in blocks if c in present),
         # the policies cast their own float inputs (states) to their dtype; the sampling temperature in the
         # rollout's forward_inputs must stay fp32, or bf16 mixed precision biases the recomputed log-probs
         cast_root_inputs=False,

@@ -27,7 +27,7 @@ from train_embodied.sharding import save_unsharded, shard_policy
 from train_embodied.update import UpdateSettings, ppo_update
 from vla_envs import EnvConfig, make_env
 from vla_envs.evaluation import task_grouping
-from vla_infra import Worker, register
+from vla_infra import Worker, concat_values, register
 from vla_infra.offload import ModelOffloader, is_offloaded
 from vla_infra.weight_sync import (
     PeerGroup,
@@ -38,6 +38,7 @@ from vla_infra.weight_sync import (
     WeightSender,
 )
 from vla_infra.workers.worker import find_free_port
+from vla_models import concat_forward_inputs
 
 
 class EnvWorker(Worker):
@@ -99,6 +100,14 @@ class EnvWorker(Worker):
         self.env.close()
 
 
+def join_predictions(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rollout ranks' `predict` outputs as one batch (rank order): prompts of different widths (tasks with
+    instructions of different lengths on different ranks) are left-padded to the widest."""
+    joined = concat_values([{k: v for k, v in o.items() if k != "forward_inputs"} for o in outputs])
+    joined["forward_inputs"] = concat_forward_inputs([o["forward_inputs"] for o in outputs])
+    return joined
+
+
 class RolloutWorker(Worker):
     """The rollout policy (no gradients): samples actions and values for the env workers.
 
@@ -145,7 +154,7 @@ class RolloutWorker(Worker):
                 f"{weight_version}: it refuses to generate with other weights than the actor's (sync it first)"
             )
 
-    @register("split")
+    @register("split", collect=join_predictions)
     @torch.no_grad()
     def predict(
         self, obs: dict[str, Any], mode: str = "sample", weight_version: int | None = None

@@ -16,8 +16,9 @@ from vla_envs.base import (
     stack_obs,
 )
 from vla_envs.config import EnvConfig, VideoConfig
+from vla_envs.factory import make_env
 from vla_envs.gl import configure_mujoco_gl
-from vla_envs.registry import list_env_types, list_tasks, make_env, register_env_type
+from vla_envs.registry import list_env_types, list_tasks, register_env_type
 from vla_envs.workers import SimulatorUnavailable
 
 __version__ = "0.1.0"

@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
     demos.add_argument("--episodes", type=int, required=True, help="episodes per task")
     demos.add_argument("--out", required=True, help="output directory")
     demos.add_argument("--image-size", type=int, default=64)
-    demos.add_argument("--camera", default="corner2")
+    demos.add_argument("--camera", default=None, help="MetaWorld: default corner2")
     demos.add_argument("--wrist-camera", default=None)
     demos.add_argument("--action-repeat", type=int, default=4)
     demos.add_argument(

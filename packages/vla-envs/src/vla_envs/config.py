@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from typing import Any
+
+from vla_envs.registry import list_env_types
 
 REWARD_MODES = ("sparse", "dense")
 ACTION_OUT_OF_RANGE_MODES = ("clip", "error")
@@ -17,6 +20,17 @@ GENERIC_EXTRA_KEYS = ("video_tag", "lp_num_threads")
 
 def _fail(key: str, value: Any, allowed: str) -> None:
     raise ValueError(f"EnvConfig.{key}={value!r} is invalid: {allowed}")
+
+
+def _check_env_type(env_type: Any) -> None:
+    """`env_type` must name a registered adapter; the message lists them (and the closest one to a typo)."""
+    known = list_env_types()
+    if env_type is None:
+        raise ValueError(f"EnvConfig.env_type is required: one of: {', '.join(known)}")
+    if env_type not in known:
+        close = difflib.get_close_matches(str(env_type), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"EnvConfig.env_type={env_type!r} is not one of: {', '.join(known)}{hint}")
 
 
 def check_extra_keys(extra: dict[str, Any], adapter_keys: tuple[str, ...], env_type: str) -> None:
@@ -57,12 +71,14 @@ class VideoConfig:
 
 @dataclass
 class EnvConfig:
-    """Everything needed to build one `BatchedEnv`.
+    """Everything needed to build one `BatchedEnv`. Simulator-specific settings and their defaults live with
+    each adapter (its options, read from the fields below and from `extra`).
 
     Attributes:
-        env_type: Registered simulator adapter ("metaworld", "maniskill", ...); see `vla_envs.list_env_types()`.
-        task: A single task name (MetaWorld MT1 style, e.g. "drawer-close-v3"). Exclusive with `task_set`.
-        task_set: A named set of tasks ("MT10", "MT50", "ML45-train", "ML45-test") or a list of task names.
+        env_type: Registered simulator adapter ("metaworld", "maniskill", ...); required, one of
+            `vla_envs.list_env_types()`.
+        task: A single task name (`vla_envs.list_tasks(env_type)`). Exclusive with `task_set`.
+        task_set: A named set of tasks of the adapter (e.g. MetaWorld's "MT10") or a list of task names.
             Batch row `i` runs task `tasks[i % len(tasks)]` unless `reset_state_ids` say otherwise.
         num_envs: Batch size B.
         envs_per_worker: Envs simulated in each subprocess worker; 0 runs every env in this process (debugging).
@@ -70,8 +86,8 @@ class EnvConfig:
             loaded in the parent; "fork" is fastest to start but unsafe once threads exist).
         worker_timeout_s: Seconds to wait for one worker reply before treating the worker as hung.
         worker_start_timeout_s: Seconds to wait for a (re)started worker to build its simulators.
-        image_size: Square image side in pixels (or (H, W)); 64..480 is the tested range for MetaWorld.
-        camera: Main camera name.
+        image_size: Square image side in pixels (or (H, W)).
+        camera: Main camera name; None: the adapter's default camera.
         wrist_camera: Optional second camera name returned as `wrist_images` [B, 1, H, W, 3]; None disables it.
         max_episode_steps: Policy decisions per episode before truncation.
         action_repeat: Simulator steps per policy action (the reward is summed, success is OR-ed).
@@ -88,12 +104,11 @@ class EnvConfig:
             of range by more than `action_tolerance`. NaN/inf always raise.
         action_tolerance: Slack beyond the action range that is silently clipped even in "error" mode.
         render: Render images (False gives `images` of shape [B, 0, 0, 3] — state-only runs).
-        hide_far_meshes: MetaWorld: hide the robot base/pedestal/head meshes (about 2x faster on llvmpipe).
         video: Video settings.
         extra: Adapter-specific options (e.g. ManiSkill `sim_backend`, `obs_mode`, `control_mode`).
     """
 
-    env_type: str = "metaworld"
+    env_type: str | None = None
     task: str | None = None
     task_set: str | list[str] | None = None
     num_envs: int = 1
@@ -102,7 +117,7 @@ class EnvConfig:
     worker_timeout_s: float = 120.0
     worker_start_timeout_s: float = 300.0
     image_size: int | tuple[int, int] = 64
-    camera: str = "corner2"
+    camera: str | None = None
     wrist_camera: str | None = None
     max_episode_steps: int = 100
     action_repeat: int = 1
@@ -116,7 +131,6 @@ class EnvConfig:
     action_out_of_range: str = "clip"
     action_tolerance: float = 1e-3
     render: bool = True
-    hide_far_meshes: bool = False
     video: VideoConfig = field(default_factory=VideoConfig)
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -143,8 +157,7 @@ class EnvConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the key, the bad value and what is allowed."""
-        if not isinstance(self.env_type, str) or not self.env_type:
-            _fail("env_type", self.env_type, "a registered env type name")
+        _check_env_type(self.env_type)
         if self.task is not None and self.task_set is not None:
             _fail("task", self.task, f"give either task or task_set, not both (task_set={self.task_set!r})")
         if self.num_envs < 1:

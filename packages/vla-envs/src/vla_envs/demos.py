@@ -140,7 +140,7 @@ def generate_metaworld_demos(
     tasks: list[str],
     episodes_per_task: int,
     image_size: int = 64,
-    camera: str = "corner2",
+    camera: str | None = None,
     wrist_camera: str | None = None,
     action_repeat: int = 4,
     max_episode_steps: int = 50,
@@ -158,8 +158,9 @@ def generate_metaworld_demos(
         out_dir: Output directory (created; existing shards there are overwritten).
         tasks: MetaWorld task names.
         episodes_per_task: Episodes per task.
-        image_size, camera, wrist_camera, action_repeat, max_episode_steps, reward_mode, hide_far_meshes:
-            Same meaning as in `EnvConfig` (use the values of the env the policy will run in).
+        image_size, camera, wrist_camera, action_repeat, max_episode_steps, reward_mode: Same meaning as in
+            `EnvConfig` (use the values of the env the policy will run in; camera None: MetaWorld's default).
+        hide_far_meshes: MetaWorld's `extra['hide_far_meshes']` (see `vla_envs.metaworld.options`).
         num_workers: Worker processes (0 = in this process).
         episodes_per_job: Episodes per work item (one shard each).
         start_method: multiprocessing start method.
@@ -184,8 +185,8 @@ def generate_metaworld_demos(
         action_repeat=action_repeat,
         max_episode_steps=max_episode_steps,
         reward_mode=reward_mode,
-        hide_far_meshes=hide_far_meshes,
         seed=seed,
+        extra={"hide_far_meshes": hide_far_meshes},
     )
     metaworld_spec(cfg)  # validates tasks and cameras with clear errors
     check_metaworld_installed()

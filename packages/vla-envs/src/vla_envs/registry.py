@@ -1,4 +1,5 @@
-"""Env-type registry: `make_env(cfg)` picks an adapter by `cfg.env_type`, importing it only then.
+"""Env-type registry: `make_env(cfg)` (`vla_envs.factory`) picks an adapter by `cfg.env_type`, importing it only
+then.
 
 Adapters are referenced as "module:attribute" strings so that `import vla_envs` never imports a simulator.
 An adapter module registers itself (or is pre-registered below) with
@@ -71,16 +72,7 @@ def list_tasks(env_type: str) -> list[str]:
     return list(_resolve(lister)())
 
 
-def make_env(cfg: EnvConfig | dict[str, Any]) -> BatchedEnv:
-    """Build the batched env described by `cfg` (an EnvConfig or a dict of its fields).
-
-    Raises:
-        ValueError: unknown env type (lists the valid ones) or invalid config.
-        ImportError: the simulator is not installed (the message says which extra to install).
-    """
-    from vla_envs.config import EnvConfig
-
-    if isinstance(cfg, dict):
-        cfg = EnvConfig.from_dict(cfg)
-    factory, _ = _entry(cfg.env_type)
-    return _resolve(factory)(cfg)
+def env_factory(env_type: str) -> Factory:
+    """The factory `(EnvConfig) -> BatchedEnv` of `env_type` (imports its adapter module, not the simulator)."""
+    factory, _ = _entry(env_type)
+    return _resolve(factory)

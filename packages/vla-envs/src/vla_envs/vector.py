@@ -24,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, empty_episode_metrics, select_obs_rows
+from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, select_obs_rows
 from vla_envs.config import EnvConfig
+from vla_envs.episodes import EpisodeTracker
 from vla_envs.sim import SimSpec
 from vla_envs.video import EpisodeVideoRecorder
 from vla_envs.workers import LocalWorker, ProcessWorker, SimulatorUnavailable, WorkerDied, WorkerError
@@ -76,11 +77,10 @@ class VectorEnv(BatchedEnv):
         self.restart_time_s = 0.0
         self._rng = np.random.default_rng(cfg.seed)
         self._row_task = np.arange(self.num_envs) % self.num_tasks  # task index each row currently runs
-        self._held = np.zeros(self.num_envs, dtype=bool)
         # each row's last reset id: a restarted worker's rows start again from it when auto_reset=False
         self._reset_ids = self._row_task.astype(np.int64) * cfg.num_trials_per_task
-        self._acc = empty_episode_metrics(self.num_envs)
-        self._last_obs: Obs | None = None
+        # episode counters and held rows; the workers apply the autoreset to the observations
+        self.episodes = EpisodeTracker(self.num_envs, auto_reset=cfg.auto_reset)
         self._closed = False
         if cfg.envs_per_worker == 0:
             slices = [list(range(self.num_envs))]
@@ -164,17 +164,14 @@ class VectorEnv(BatchedEnv):
             except WorkerDied as exc:  # episodes in flight are discarded by a reset anyway: none is lost
                 parts.append(self._revive(wid, worker_ids, None, str(exc)))
         obs = concat_obs(parts)
-        self._last_obs = obs
-        self._held[:] = False
-        self._acc = empty_episode_metrics(self.num_envs)
+        self.episodes.start(obs)
         if self.video is not None:
             self.video.start(obs["images"])
         return obs
 
     def chunk_step(self, actions: np.ndarray) -> StepResult:
         """Step through actions [B, C, A] (see BatchedEnv.chunk_step)."""
-        if self._last_obs is None:
-            raise RuntimeError("call reset() before step()/chunk_step()")
+        self.episodes.last_obs()  # raises before the first reset()
         acts = check_actions(
             actions,
             num_envs=self.num_envs,
@@ -247,27 +244,15 @@ class VectorEnv(BatchedEnv):
         ended = np.concatenate([p["ended"] for p in parts])
         steps = np.concatenate([p["steps_taken"] for p in parts])
         crashed = np.concatenate([p.get("crashed", np.zeros(len(p["ended"]), dtype=bool)) for p in parts])
-        was_held = self._held.copy()
-
-        acc = self._acc
-        prev_success = acc["success_once"] > 0
-        acc["return"] += rewards.sum(axis=1)
-        acc["episode_len"] += steps
-        acc["success_once"] = np.maximum(acc["success_once"], success.any(axis=1).astype(np.float32))
-        metrics = empty_episode_metrics(self.num_envs)
-        for key in ("return", "episode_len", "success_once"):
-            metrics[key] = np.where(ended, acc[key], 0.0).astype(np.float32)
-        metrics["reward"] = np.where(ended, acc["return"] / np.maximum(acc["episode_len"], 1), 0.0).astype(
-            np.float32
-        )
-
+        episodes = self.episodes
+        was_held, prev_success = episodes.held.copy(), episodes.succeeded()
+        start_len = episodes.episode_len.copy()
+        episodes.add(rewards, steps, success)
+        metrics = episodes.end(ended)
         if self.video is not None:
-            self._record(parts, final_obs, obs, rewards, success, ended, was_held, prev_success, steps)
-        for key in acc:
-            acc[key][ended] = 0.0
-        if not self.cfg.auto_reset:
-            self._held |= ended & ~crashed  # a restarted worker's rows start fresh episodes
-        self._last_obs = obs
+            self._record(parts, final_obs, obs, rewards, success, ended, was_held, prev_success, start_len)
+        episodes.hold(ended & ~crashed)  # a restarted worker's rows start fresh episodes
+        episodes.obs = obs
         return StepResult(
             obs=obs,
             rewards=rewards,
@@ -289,7 +274,7 @@ class VectorEnv(BatchedEnv):
         ended: np.ndarray,
         was_held: np.ndarray,
         prev_success: np.ndarray,
-        steps: np.ndarray,
+        start_len: np.ndarray,
     ) -> None:
         """Add every executed step's frame of the recorded rows; write the episodes that ended."""
         assert self.video is not None
@@ -297,7 +282,6 @@ class VectorEnv(BatchedEnv):
         for rows, part in zip(self._slices, parts, strict=True):
             for k, images in part.get("frames", {}).items():
                 frames_by_row[rows[k]] = images
-        start_len = self._acc["episode_len"] - steps
         for r in self.video.rows:
             if was_held[r]:
                 continue
@@ -396,10 +380,9 @@ class VectorEnv(BatchedEnv):
         """
         rows = np.asarray(self._slices[wid])
         n = len(rows)
-        held = self._held[rows]
+        held = self.episodes.held[rows]
         ids = self._draw_ids(rows) if self.cfg.auto_reset else self._reset_ids[rows]
-        assert self._last_obs is not None
-        last = select_obs_rows(self._last_obs, rows)
+        last = select_obs_rows(self.episodes.last_obs(), rows)
         held_obs = {
             int(k): {key: None if v is None else v[k] for key, v in last.items()}
             for k in np.flatnonzero(held)

@@ -22,6 +22,7 @@ _EXPORTS: dict[str, str] = {
     "register": "vla_infra.workers.dispatch",
     "DISPATCH_MODES": "vla_infra.workers.dispatch",
     "COLLECT_MODES": "vla_infra.workers.dispatch",
+    "concat_values": "vla_infra.workers.dispatch",
     "WorkerGroup": "vla_infra.workers.group",
     "GroupFuture": "vla_infra.workers.group",
     "wait_all": "vla_infra.workers.group",

@@ -1,15 +1,17 @@
-"""OpenVLA checkpoint layout on disk (safetensors only, no pickle, no remote code).
+"""Checkpoint folders: ``load_policy`` (the folder's model family, from the registry, reads it) and the layout
+of the Prismatic-based families (OpenVLA, OpenVLA-OFT, ...) on disk (safetensors only, no pickle, no remote code).
 
-A directory holds::
+A save_pretrained directory holds::
 
     config.json                          Prismatic/OpenVLA fields (text_config, timm_model_ids, norm_stats, ...)
-                                         + a "vla_models" block with our full typed config
+                                         + a "vla_models" block with our full typed config (its "family")
     model-0000i-of-0000N.safetensors     weights under the original names (vision_backbone.featurizer.blocks...,
     model.safetensors.index.json         projector.fc1..., language_model.model.layers...), LoRA merged
     dataset_statistics.json              norm_stats (when present)
     tokenizer.json, tokenizer_config.json, ...
 
-A published OpenVLA directory (config.json without "vla_models") is read from its Prismatic fields.
+A published OpenVLA directory (config.json without "vla_models") is read from its Prismatic fields. This module
+imports no family: config and policy classes come from ``vla_models.families``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vla_models.dtypes import DTYPES, default_dtype
+from vla_models.families import family_for_checkpoint, family_names, get_family
 from vla_models.lora import (
     is_language_model_target,
     load_adapter_weights,
@@ -60,13 +64,6 @@ _OWN_PREFIXES = (
     "action_queries",
     "l1_head.",
 )  # stored outside the backbone
-
-
-def _family_classes() -> dict[str, tuple[type, type]]:
-    from vla_models.openvla import OpenVLAConfig, OpenVLAPolicy
-    from vla_models.openvla_oft import OpenVLAOFTConfig, OpenVLAOFTPolicy
-
-    return {"openvla": (OpenVLAConfig, OpenVLAPolicy), "openvla_oft": (OpenVLAOFTConfig, OpenVLAOFTPolicy)}
 
 
 def _prismatic_fields(cfg: Any) -> dict[str, Any]:
@@ -304,12 +301,24 @@ _BACKBONE_KEYS = {
     "patch_size": lambda b: b.vision_towers[0].patch_size,
     "hidden_size": lambda b: b.text.hidden_size,
 }
+# the family of a config saved before configs named theirs
+UNNAMED_SAVED_FAMILY = "openvla"
+# the layouts this module reads: a folder written by save_pretrained, a published OpenVLA folder
+SAVED_LAYOUT = "save_pretrained"
+PUBLISHED_LAYOUT = "openvla_published"
+# the layout of a published folder with OpenVLA-OFT's training side files; a family that lists it reads them
+OFT_TRAINING_LAYOUT = "openvla_oft_training"
 # OpenVLA-OFT's training writes these next to the merged model (torch.save of a DDP-wrapped state dict)
 SIDE_FILES = {
     "proprio_projector": "proprio_projector--*_checkpoint.pt",
     "l1_head": "action_head--*_checkpoint.pt",
     "film": "vision_backbone--*_checkpoint.pt",
 }
+
+
+def _saved_defaults(family: str) -> Mapping[str, Any]:
+    """What a saved config of ``family`` implies for fields it lacks (none for an unknown family)."""
+    return get_family(family).saved_config_defaults if family in family_names() else {}
 
 
 def _side_file(folder: Path, kind: str) -> Path | None:
@@ -364,6 +373,61 @@ def _published_oft_facts(folder: Path, side: dict[str, dict[str, torch.Tensor]])
 
 
 def load_policy(path: str | Path, **overrides: Any) -> Any:
+    """Load a policy from a local checkpoint folder: the family named ``model_type``, else the first registered
+    family whose layouts the folder holds (``vla_models.families``), reads it with ``overrides``.
+
+    Raises:
+        FileNotFoundError: no such folder, or one no family reads that lacks ``config.json``.
+        ValueError: ``model_type`` names no family, a malformed ``config.json``, or a folder no family reads.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"checkpoint folder {p} does not exist")
+    family = family_for_checkpoint(p, overrides.get("model_type"))
+    if family is None:
+        raise _unreadable(p)
+    return family.load(p, **overrides)
+
+
+def _unreadable(p: Path) -> Exception:
+    """The error for a folder no registered family reads, naming what is wrong with its ``config.json``."""
+    d = read_json(p / "config.json")
+    if not isinstance(d, dict):
+        return ValueError(f"{p / 'config.json'} does not hold a JSON object")
+    names = ", ".join(family_names())
+    saved = d.get("vla_models")
+    if isinstance(saved, dict):
+        return ValueError(
+            f"unknown model family {saved.get('family')!r} in {p / 'config.json'}; allowed: {names}"
+        )
+    return ValueError(f"{p} holds no checkpoint layout of a known model family ({names})")
+
+
+def saved_family(path: Path) -> str | None:
+    """The family of a folder written by ``save_pretrained`` (its ``vla_models.family``; configs saved before
+    the key existed are OpenVLA ones), or None for any other folder."""
+    try:
+        d = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or not isinstance(d.get("vla_models"), dict):
+        return None
+    return str(d["vla_models"].get("family", UNNAMED_SAVED_FAMILY))
+
+
+def published_prismatic_folder(path: Path) -> bool | None:
+    """Whether a folder without a ``vla_models`` block carries OpenVLA-OFT training side files (None: the folder
+    has a readable ``vla_models`` block or no readable JSON object in ``config.json``)."""
+    try:
+        d = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or "vla_models" in d:
+        return None
+    return any(next(path.glob(pattern), None) is not None for pattern in SIDE_FILES.values())
+
+
+def load_prismatic(path: str | Path, **overrides: Any) -> Any:
     """Load a policy from a local checkpoint directory: one written by ``save_pretrained``, a published OpenVLA
     folder, or an OpenVLA-OFT training folder (merged model + side files).
 
@@ -403,19 +467,14 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
         ValueError: a malformed file, a setting the checkpoint contradicts, or weights that do not fit the
             config (missing/unexpected tensors or a wrong shape, named).
     """
-    from vla_models.families import family_for_checkpoint
     from vla_models.tokenizer import load_tokenizer
 
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"checkpoint folder {p} does not exist")
-    registered = family_for_checkpoint(p, overrides.get("model_type"))
-    if registered is not None:  # a family that registered its own layouts (e.g. openpi)
-        return registered.load(p, **overrides)
     d = read_json(p / "config.json")
     if not isinstance(d, dict):
         raise ValueError(f"{p / 'config.json'} does not hold a JSON object")
-    families = _family_classes()
     overrides = dict(overrides)
     lora_path = overrides.pop("lora_path", None)
     given = {k: overrides.pop(k) for k in ARCHITECTURE_KEYS if k in overrides}
@@ -423,9 +482,9 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
     side: dict[str, dict[str, torch.Tensor]] = {}
     if "vla_models" in d:
         cd = dict(d["vla_models"])
-        family = cd.pop("family", "openvla")
-        if family == "openvla_oft":  # folders saved before the key existed hold the causal-prefix layout
-            cd.setdefault("implement_version", "causal_prefix")
+        family = cd.pop("family", UNNAMED_SAVED_FAMILY)
+        for key, value in _saved_defaults(family).items():
+            cd.setdefault(key, value)
         facts = {k: v for k, v in cd.items() if k in ARCHITECTURE_KEYS}
         facts["model_type"] = family
         backbone = PrismaticConfig(**cd["backbone"]) if isinstance(cd.get("backbone"), dict) else None
@@ -437,12 +496,14 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
         if (p / "dataset_statistics.json").exists():
             cd["norm_stats"] = read_json(p / "dataset_statistics.json")
         present = {kind: f for kind in SIDE_FILES if (f := _side_file(p, kind)) is not None}
-        family = given.get("model_type") or ("openvla_oft" if present else "openvla")
-        if family not in families:
-            raise ValueError(f"model_type={family!r} is not supported; allowed: {sorted(families)}")
+        given_family = given.get("model_type")
+        fam = get_family(given_family) if given_family is not None else family_for_checkpoint(p)
+        if fam is None or PUBLISHED_LAYOUT not in fam.checkpoint_layouts:
+            raise ValueError(f"model_type={given_family!r} cannot read the published OpenVLA folder {p}")
+        family = fam.name
         facts = {k: f(cd["backbone"]) for k, f in _BACKBONE_KEYS.items()}
         facts["n_action_bins"] = cd["n_action_bins"]
-        if family == "openvla_oft":
+        if OFT_TRAINING_LAYOUT in fam.checkpoint_layouts:
             wanted = {
                 "proprio_projector": given.get("use_proprio", "proprio_projector" in present),
                 "l1_head": overrides.get("action_head", "discrete") == "l1",
@@ -467,17 +528,17 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
             cd["use_film"] = wanted["film"]
         elif present:
             logger.info(
-                "%s: OpenVLA-OFT side files %s are not used (model_type='openvla')", p, sorted(present)
+                "%s: OpenVLA-OFT side files %s are not used (model_type=%r)", p, sorted(present), family
             )
         _check_against(p, {k: v for k, v in given.items() if k != "model_type"}, facts)
         for k in ("proprio_dim", "action_dim"):
             if k in facts and k not in given:
                 cd[k] = facts[k]
-    if family not in families:
+    if family not in family_names():
         raise ValueError(
-            f"unknown model family {family!r} in {p / 'config.json'}; allowed: {sorted(families)}"
+            f"unknown model family {family!r} in {p / 'config.json'}; allowed: {list(family_names())}"
         )
-    cfg_cls, policy_cls = families[family]
+    cfg_cls, policy_cls = get_family(family).config_class, get_family(family).policy_class
     cd.update({k: v for k, v in given.items() if k not in _BACKBONE_KEYS and k != "model_type"})
     adapter, kept_lora = None, []
     if lora_path is not None:
@@ -601,12 +662,12 @@ def check_checkpoint(path: str | Path, **settings: Any) -> None:
     if not isinstance(d.get("vla_models"), dict):
         return  # a published folder: its architecture is read from its tensors by load_policy
     cd = dict(d["vla_models"])
-    family = cd.pop("family", "openvla")
-    if family == "openvla_oft":
-        cd.setdefault("implement_version", "causal_prefix")
+    family = cd.pop("family", UNNAMED_SAVED_FAMILY)
+    for key, value in _saved_defaults(family).items():
+        cd.setdefault(key, value)
     facts = {k: v for k, v in cd.items() if k in ARCHITECTURE_KEYS}
     facts["model_type"] = family
-    if family in ("openvla", "openvla_oft") and isinstance(cd.get("backbone"), dict):
+    if isinstance(cd.get("backbone"), dict):  # a Prismatic backbone: its sizes are architecture keys too
         backbone = PrismaticConfig(**cd["backbone"])
         facts.update({k: f(backbone) for k, f in _BACKBONE_KEYS.items()})
     given = {k: v for k, v in settings.items() if k in ARCHITECTURE_KEYS}

@@ -25,10 +25,10 @@ from vla_models.action_tokenizer import ActionTokenizer
 from vla_models.dtypes import DTYPES
 from vla_models.lora import apply_lora, merge_lora_
 from vla_models.normalization import normalizer_for, select_unnorm_key
-from vla_models.openvla.configuration_openvla import OpenVLAConfig
-from vla_models.openvla.processing_openvla import OpenVLAProcessor
 from vla_models.policy_output import PolicyOutput
+from vla_models.prismatic.action_head import L1RegressionActionHead
 from vla_models.prismatic.modeling_prismatic import PrismaticBackbone
+from vla_models.prismatic.processing_prismatic import OpenVLAProcessor
 from vla_models.value_head import ValueHead
 
 
@@ -58,23 +58,41 @@ def position_ids_from(key_valid: torch.Tensor) -> torch.Tensor:
     return (key_valid.long().cumsum(-1) - 1).clamp_min(0)
 
 
-def concat_forward_inputs(
-    batches: list[Mapping[str, torch.Tensor]], *, pad_token_id: int
-) -> dict[str, torch.Tensor]:
-    """Concatenate ``forward_inputs`` of several ``predict`` calls along the batch, left-padding the prompts
-    (``input_ids`` / ``text_mask``) to the widest. Padding is masked out, so values agree up to float rounding;
-    set ``prompt_length`` in the config for bit-identical widths.
-    """
-    width = max(b["input_ids"].shape[1] for b in batches)
-    out: dict[str, list[torch.Tensor]] = {k: [] for k in batches[0]}
+PROMPT_KEYS: tuple[str, ...] = ("input_ids", "text_mask")
+"""``forward_inputs`` keys whose last dim is the prompt width (left-padded; the padding is masked out)."""
+
+
+def pad_prompts(
+    batches: list[Mapping[str, torch.Tensor]], *, pad_token_id: int = 0
+) -> list[dict[str, torch.Tensor]]:
+    """``forward_inputs`` of several ``predict`` calls with their prompts (:data:`PROMPT_KEYS`, last dim)
+    left-padded to the widest, so they join along any other dim. The padding is masked out of attention, so any
+    valid token id serves as ``pad_token_id``; values agree up to float rounding (set ``prompt_length`` in the
+    config for bit-identical widths)."""
+    widths = {b["input_ids"].shape[-1] for b in batches if "input_ids" in b}
+    if len(widths) <= 1:
+        return [dict(b) for b in batches]
+    width = max(widths)
+    out = []
     for fi in batches:
-        pad = width - fi["input_ids"].shape[1]
-        for k, v in fi.items():
-            if k in ("input_ids", "text_mask") and pad:
+        padded = dict(fi)
+        for k in PROMPT_KEYS:
+            v = fi.get(k)
+            if v is not None and v.shape[-1] < width:
                 fill = pad_token_id if k == "input_ids" else False
-                v = torch.cat([torch.full((v.shape[0], pad), fill, dtype=v.dtype, device=v.device), v], dim=1)
-            out[k].append(v)
-    return {k: torch.cat(v, dim=0) for k, v in out.items()}
+                pad = torch.full((*v.shape[:-1], width - v.shape[-1]), fill, dtype=v.dtype, device=v.device)
+                padded[k] = torch.cat([pad, v], dim=-1)
+        out.append(padded)
+    return out
+
+
+def concat_forward_inputs(
+    batches: list[Mapping[str, torch.Tensor]], *, pad_token_id: int = 0, dim: int = 0
+) -> dict[str, torch.Tensor]:
+    """Concatenate ``forward_inputs`` of several ``predict`` calls along ``dim`` (the batch; 1 for rollouts
+    stacked [T, B, ...]), prompts left-padded to the widest (:func:`pad_prompts`)."""
+    padded = pad_prompts(batches, pad_token_id=pad_token_id)
+    return {k: torch.cat([b[k] for b in padded], dim=dim) for k in padded[0]}
 
 
 class PrismaticVLAPolicy(nn.Module):
@@ -94,7 +112,8 @@ class PrismaticVLAPolicy(nn.Module):
     # OpenVLA-OFT adds 1e-8 to the normalisation range; OpenVLA does not
     normalization_eps: float = 0.0
 
-    def __init__(self, config: OpenVLAConfig, tokenizer: Any) -> None:
+    def __init__(self, config: Any, tokenizer: Any) -> None:
+        """``config``: an ``OpenVLAConfig`` (or a subclass: the family's own config)."""
         super().__init__()
         self.config = config
         cfg = config
@@ -120,8 +139,6 @@ class PrismaticVLAPolicy(nn.Module):
         self.action_tokenizer = ActionTokenizer(vocab_size=cfg.backbone.vocab_size, n_bins=cfg.n_action_bins)
         self._set_layout()
         if getattr(cfg, "action_head", "discrete") == "l1":
-            from vla_models.openvla_oft.action_head import L1RegressionActionHead
-
             self.l1_head = L1RegressionActionHead(hidden_size=h, action_dim=cfg.action_dim)
         else:
             self.l1_head = None
@@ -266,6 +283,26 @@ class PrismaticVLAPolicy(nn.Module):
         """Raw logits ``[B, C*A, n_bins]`` (float32, temperature 1, no top-k) over the action bins at the
         positions that predict each action token."""
         return self.action_hidden_states(forward_inputs).float() @ self._action_weight().float().T
+
+    def _critic_input(self, fi: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """The value head's input ``[B, H]``: the hidden state just before the first action slot. Unless every
+        position sees the slots (``full_attention``), that position sees only the prefix, so the prefix alone is
+        run (no slots, no decoding)."""
+        if self.full_attention:
+            return self._hidden_at_actions(fi)[1]
+        prefix, valid = self._prefix(fi)
+        mask = build_attention_mask(valid, 0, bidirectional=False)
+        hidden, _ = self.backbone.decode(prefix, mask, position_ids_from(valid))
+        return hidden[:, -1]
+
+    @torch.no_grad()
+    def values(self, obs: Mapping[str, Any]) -> torch.Tensor:
+        """V(obs) float32 ``[B]`` from one forward (the prefix), equal to ``predict(obs).values`` to float
+        rounding; zeros without a value head or for an empty batch."""
+        b = len(obs["task_descriptions"])
+        if self.value_head is None or b == 0:
+            return torch.zeros(b, device=self.device)
+        return self._values(self._critic_input(self.prepare_inputs(obs)))
 
     def _values(self, critic_input: torch.Tensor) -> torch.Tensor | None:
         if self.value_head is None:

@@ -96,18 +96,6 @@ def _env_config(
         return None, run
 
 
-def _check_env_type(env: EnvConfig, prefix: str) -> list[str]:
-    """The simulator adapter must be registered (a typo would otherwise fail only when the envs are built)."""
-    from vla_envs import list_env_types
-
-    known = list_env_types()
-    if env.env_type in known:
-        return []
-    close = difflib.get_close_matches(env.env_type, known, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return [f"{prefix}.env_type={env.env_type!r} is not one of: {', '.join(known)}{hint}"]
-
-
 def _check_adapter_settings(env: EnvConfig, prefix: str) -> list[str]:
     """The adapter's own checks (task sets, cameras, `extra` keys, ...), run without building a simulator."""
     from vla_envs.checks import check_env_config
@@ -254,8 +242,8 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             f"env.train.max_steps_per_rollout_epoch={tc.train_run.max_steps_per_rollout_epoch!r} is invalid: "
             f"must be a multiple of actor.model.num_action_chunks={model.num_action_chunks!r}"
         )
-    # OpenVLA families are built for the env's square frames; pi0 / pi0.5 resize any frame with padding
-    if not model.model_path and model.model_type != "openpi":
+    # a policy built from scratch takes its image_size frames, unless its family resizes frames itself
+    if not model.model_path and _fixed_image_size(model.model_type):
         for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
             if env.image_hw != (model.image_size, model.image_size):
                 errors.append(
@@ -263,7 +251,8 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
                     f"{env.image_size!r} (the policy is built for the env's images)"
                 )
     for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
-        errors += _check_env_type(env, name) or _check_task(env, name) or _check_adapter_settings(env, name)
+        # (EnvConfig itself refuses a missing or unregistered env_type)
+        errors += _check_task(env, name) or _check_adapter_settings(env, name)
     errors += _check_placement(tc.cluster)
     errors += _check_actor_sharding(tc)
     if check_paths:  # checks against this machine
@@ -281,6 +270,14 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
         elif model.model_path:
             errors += _check_model_folder(model)
     return errors
+
+
+def _fixed_image_size(model_type: str) -> bool:
+    """Whether a policy of `model_type` built from scratch only takes frames of its image_size (an unknown
+    model_type is reported by the model section)."""
+    from vla_models import family_names, get_family
+
+    return model_type in family_names() and get_family(model_type).fixed_image_size
 
 
 def _check_model_folder(model: ModelSection) -> list[str]:

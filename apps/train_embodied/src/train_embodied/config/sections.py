@@ -8,7 +8,7 @@ built from them in `train_embodied.config.build`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 ADV_TYPES = ("gae", "grpo")
@@ -18,48 +18,7 @@ LOGPROB_TYPES = ("token_level", "action_level", "chunk_level")
 BACKENDS = ("local", "ray")
 LOGGER_BACKENDS = ("tensorboard", "console", "wandb")
 PRECISIONS = ("fp32", "bf16", "fp16")
-MODEL_TYPES = ("openvla", "openvla_oft", "openpi")
-# vla_models' OpenPiConfig keys accepted under `actor.model.openpi` (the reference documents also write
-# `actor.model.OpenPI`), and its noise methods
-OPENPI_KEYS = (
-    "config_name",
-    "pi05",
-    "action_horizon",
-    "model_action_dim",
-    "num_steps",
-    "max_token_len",
-    "discrete_state_input",
-    "num_images_in_input",
-    "noise_method",
-    "noise_level",
-    "noise_anneal",
-    "noise_params",
-    "noise_logvar_range",
-    "joint_logprob",
-    "ignore_last",
-    "train_expert_only",
-    "value_after_vlm",
-    "value_vlm_mode",
-    "detach_critic_input",
-    "chunk_critic_input",
-    "value_head_hidden_sizes",
-    "state_indices",
-    "use_quantile_norm",
-    "delta_action_mask",
-    "adapt_to_pi",
-    "asset_id",
-    "norm_stats_path",
-    "sft_loss_dims",
-    "time_embedding_dtype",
-    "tokenizer",
-    "action_chunk",
-    "action_env_dim",
-)
-NOISE_METHODS = ("flow_sde", "flow_noise", "flow_cps", "flow_ode")
 MODEL_SIZES = ("tiny", "full")
-# vla_models' OpenVLA-OFT layouts and action heads (named here so that checking a config imports no model code)
-IMPLEMENT_VERSIONS = ("official", "rlinf", "causal_prefix")
-ACTION_HEADS = ("discrete", "l1")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
@@ -355,126 +314,46 @@ class ModelSection:
     OpenPI: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def openpi_settings(self) -> dict[str, Any]:
-        """The `openpi` / `OpenPI` section merged (the reference framework's `action_chunk` / `action_env_dim`
-        are this section's `num_action_chunks` / `action_dim`, checked to agree), plus the flat `num_steps`."""
-        merged = {**self.openpi, **self.OpenPI}
-        merged.pop("action_chunk", None)
-        merged.pop("action_env_dim", None)
-        if self.num_steps is not None:
-            merged.setdefault("num_steps", self.num_steps)
-        return merged
+    def settings(self) -> dict[str, Any]:
+        """Every key of the section, as the settings dict a vla_models family reads."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def check(self, prefix: str) -> list[str]:
-        errors = one_of(f"{prefix}.model_type", self.model_type, MODEL_TYPES)
-        if self.model_type == "openpi":
-            return errors + self._check_openpi(prefix)
-        for key in ("openpi", "OpenPI"):
-            if getattr(self, key):
-                errors.append(
-                    f"{prefix}.{key}={getattr(self, key)!r} is invalid with model_type={self.model_type!r} "
-                    "(pi0 / pi0.5 only; allowed: {})"
-                )
-        if self.num_steps is not None:
-            errors.append(
-                f"{prefix}.num_steps={self.num_steps!r} is invalid with model_type={self.model_type!r} "
-                "(denoising steps of pi0 / pi0.5; allowed: null)"
-            )
+        """The keys every family reads, then the family's own checks; a key only other families read must keep
+        its default."""
+        from vla_models import families, family_names, registered_families
+
+        errors = one_of(f"{prefix}.model_type", self.model_type, family_names())
         errors += one_of(f"{prefix}.size", self.size, MODEL_SIZES)
         errors += one_of(f"{prefix}.precision", self.precision, PRECISIONS)
-        errors += one_of(f"{prefix}.action_head", self.action_head, ACTION_HEADS)
-        if self.implement_version is not None:
-            errors += one_of(f"{prefix}.implement_version", self.implement_version, IMPLEMENT_VERSIONS)
         errors += at_least(f"{prefix}.action_dim", self.action_dim, 1)
         errors += at_least(f"{prefix}.num_action_chunks", self.num_action_chunks, 1)
-        errors += at_least(f"{prefix}.n_action_bins", self.n_action_bins, 2)
         errors += at_least(f"{prefix}.image_size", self.image_size, 8)
         errors += at_least(f"{prefix}.proprio_dim", self.proprio_dim, 1)
-        errors += at_least(f"{prefix}.num_images_in_input", self.num_images_in_input, 1)
-        errors += at_least(f"{prefix}.lora_rank", self.lora_rank, 1)
         if self.size == "full" and not self.model_path:
             errors.append(
                 f"{prefix}.model_path={self.model_path!r} is invalid: size=full loads a checkpoint folder"
             )
-        if self.lora_path and not self.model_path:
-            errors.append(
-                f"{prefix}.lora_path={self.lora_path!r} is invalid without {prefix}.model_path (the adapter's base)"
-            )
-        if self.model_type == "openvla":
-            if self.num_action_chunks != 1:
+        family = registered_families().get(self.model_type)
+        if family is None:
+            return errors
+        others = {key for f in families() if f is not family for key in f.settings_keys}
+        for key in sorted(others - family.settings_keys, key=_FIELD_ORDER.index):
+            value, default = getattr(self, key), family.unread_settings.get(key, _DEFAULTS[key])
+            if value != default:
+                readers = ", ".join(f.name for f in families() if key in f.settings_keys)
                 errors.append(
-                    f"{prefix}.num_action_chunks={self.num_action_chunks!r} is invalid: OpenVLA decodes one action "
-                    "(use model_type=openvla_oft for chunks)"
+                    f"{prefix}.{key}={value!r} is invalid with model_type={self.model_type!r} (read by model_type "
+                    f"{readers} only; allowed: {default!r})"
                 )
-            oft_only = {
-                "use_proprio": (self.use_proprio, False),
-                "num_images_in_input": (self.num_images_in_input, 1),
-                "use_film": (self.use_film, False),
-                "implement_version": (self.implement_version, None),
-                "action_head": (self.action_head, "discrete"),
-            }
-            for key, (value, plain) in oft_only.items():
-                if value != plain:
-                    errors.append(
-                        f"{prefix}.{key}={value!r} is invalid with model_type='openvla' (OpenVLA-OFT only; "
-                        f"allowed: {plain!r})"
-                    )
-        if self.implement_version == "rlinf" and self.use_proprio:
-            errors.append(
-                f"{prefix}.use_proprio=True is invalid with implement_version='rlinf' (that layout has no proprio "
-                "token; use implement_version=official or use_proprio=false)"
-            )
-        return errors
+        return errors + family.check_settings(self.settings(), f"{prefix}.")
 
-    def _check_openpi(self, prefix: str) -> list[str]:
-        errors = one_of(f"{prefix}.size", self.size, MODEL_SIZES)
-        errors += one_of(f"{prefix}.precision", self.precision, PRECISIONS)
-        errors += at_least(f"{prefix}.action_dim", self.action_dim, 1)
-        errors += at_least(f"{prefix}.num_action_chunks", self.num_action_chunks, 1)
-        errors += at_least(f"{prefix}.image_size", self.image_size, 8)
-        errors += at_least(f"{prefix}.proprio_dim", self.proprio_dim, 1)
-        if self.num_steps is not None:
-            errors += at_least(f"{prefix}.num_steps", self.num_steps, 1)
-        if self.size == "full" and not self.model_path:
-            errors.append(
-                f"{prefix}.model_path={self.model_path!r} is invalid: size=full loads a checkpoint folder"
-            )
-        for key in ("openpi", "OpenPI"):
-            section = getattr(self, key)
-            for name, value in section.items():
-                if name not in OPENPI_KEYS:
-                    errors.append(
-                        f"{prefix}.{key}.{name} is not a pi0 / pi0.5 key; allowed: {', '.join(OPENPI_KEYS)}"
-                    )
-                elif name == "noise_method":
-                    errors += one_of(f"{prefix}.{key}.noise_method", value, NOISE_METHODS)
-                elif name == "noise_anneal" and value:
-                    errors.append(
-                        f"{prefix}.{key}.noise_anneal={value!r} is not supported by this trainer (the rollout does "
-                        "not pass the training step to the policy); allowed: false (set noise_level)"
-                    )
-            for name, mine in (("action_chunk", self.num_action_chunks), ("action_env_dim", self.action_dim)):
-                if name in section and section[name] != mine:
-                    flat = "num_action_chunks" if name == "action_chunk" else "action_dim"
-                    errors.append(
-                        f"{prefix}.{key}.{name}={section[name]!r} contradicts {prefix}.{flat}={mine!r}"
-                    )
-        # OpenVLA / OpenVLA-OFT settings that mean nothing for a flow policy
-        not_openpi = {
-            "use_film": (self.use_film, False),
-            "implement_version": (self.implement_version, None),
-            "action_head": (self.action_head, "discrete"),
-            "is_lora": (self.is_lora, False),
-            "lora_path": (self.lora_path, None),
-            "unnorm_key": (self.unnorm_key, None),
-            "n_action_bins": (self.n_action_bins, 256),
-        }
-        for key, (value, plain) in not_openpi.items():
-            if value != plain:
-                errors.append(
-                    f"{prefix}.{key}={value!r} is invalid with model_type='openpi' (OpenVLA only; allowed: {plain!r})"
-                )
-        return errors
+
+_FIELD_ORDER = [f.name for f in fields(ModelSection)]
+_DEFAULTS = {
+    f.name: (f.default_factory() if f.default_factory is not MISSING else f.default)
+    for f in fields(ModelSection)
+}
 
 
 @dataclass

@@ -9,8 +9,8 @@ from vla_envs.config import EnvConfig, check_extra_keys
 
 MAIN_CAMERA = "agentview"
 WRIST_CAMERA = "robot0_eye_in_hand"
-# Camera names that mean "the adapter's default camera" (EnvConfig's default is MetaWorld's "corner2").
-_DEFAULT_CAMERA_ALIASES = (None, "", "default", "corner2", MAIN_CAMERA)
+# Camera names that mean "the adapter's default camera" (EnvConfig.camera=None is the default).
+_DEFAULT_CAMERA_ALIASES = (None, "", "default", MAIN_CAMERA)
 _WRIST_ALIASES = ("wrist", "eye_in_hand", WRIST_CAMERA)
 # "rotate180": img[::-1, ::-1], the preprocessing of OpenVLA / OpenVLA-OFT / RLinf LIBERO checkpoints;
 # "vertical": img[::-1], the geometrically faithful view (OpenGL rows run bottom-up). Both are upright.

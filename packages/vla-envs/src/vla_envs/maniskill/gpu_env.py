@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from vla_envs.base import BatchedEnv, Obs, StepResult, empty_episode_metrics
+from vla_envs.base import BatchedEnv, Obs, StepResult
 from vla_envs.config import EnvConfig
+from vla_envs.episodes import EpisodeTracker
 from vla_envs.maniskill.cpu_sim import instruction_for, reset_seed
 from vla_envs.maniskill.observations import batch_obs
 from vla_envs.maniskill.options import ManiSkillOptions
@@ -40,7 +41,9 @@ def _tree_index(tree: Any, idx: Any) -> Any:
 
 
 def _merge_rows(dst: Obs, src: Obs, mask: Any) -> Obs:
-    """Torch version of `merge_obs_rows`: rows where mask [B] is True come from src."""
+    """Torch version of `merge_obs_rows`: rows where mask [B] (numpy or torch bool) is True come from src."""
+    import torch
+
     out: Obs = {}
     for key, value in dst.items():
         other = src[key]
@@ -50,7 +53,8 @@ def _merge_rows(dst: Obs, src: Obs, mask: Any) -> Obs:
             m = mask.tolist()
             out[key] = [o if f else v for v, o, f in zip(value, other, m, strict=True)]
         else:
-            out[key] = other.where(mask.reshape((-1,) + (1,) * (value.ndim - 1)), value)
+            m = torch.as_tensor(mask, device=value.device)
+            out[key] = other.where(m.reshape((-1,) + (1,) * (value.ndim - 1)), value)
     return out
 
 
@@ -79,12 +83,8 @@ class ManiSkillGPUEnv(BatchedEnv):
         self.device = self.base.device
         b = self.num_envs
         self._rng = np.random.default_rng(cfg.seed)
-        self._steps = torch.zeros(b, dtype=torch.int64, device=self.device)
-        self._return = torch.zeros(b, dtype=torch.float32, device=self.device)
-        self._success_once = torch.zeros(b, dtype=torch.bool, device=self.device)
-        self._held = torch.zeros(b, dtype=torch.bool, device=self.device)
-        self._held_obs: Obs | None = None
-        self._last_obs: Obs | None = None
+        self._steps = torch.zeros(b, dtype=torch.int64, device=self.device)  # steps since reset (time limit)
+        self.episodes = EpisodeTracker(b, auto_reset=cfg.auto_reset, merge=_merge_rows)
         self._closed = False
 
     # ------------------------------------------------------------------ helpers
@@ -177,12 +177,9 @@ class ManiSkillGPUEnv(BatchedEnv):
             else self._reset_rows_to_ids(rows, ids.astype(np.int64))
         )
         self._steps.zero_()
-        self._return.zero_()
-        self._success_once.zero_()
-        self._held.zero_()
-        self._held_obs = None
-        self._last_obs = self._obs(raw_obs)
-        return self._last_obs
+        obs = self._obs(raw_obs)
+        self.episodes.start(obs)
+        return obs
 
     def step(self, actions: Any) -> StepResult:
         """One action per env: actions [B, A] (numpy or a torch tensor on any device)."""
@@ -200,8 +197,7 @@ class ManiSkillGPUEnv(BatchedEnv):
         """Step through actions [B, C, A] (numpy or torch; see BatchedEnv.chunk_step)."""
         import torch
 
-        if self._last_obs is None:
-            raise RuntimeError("call reset() before step()/chunk_step()")
+        obs: Obs = self.episodes.last_obs()
         acts = self._check_actions(actions)
         b, c = self.num_envs, acts.shape[1]
         dev = self.device
@@ -210,14 +206,16 @@ class ManiSkillGPUEnv(BatchedEnv):
         truncated = torch.zeros((b, c), dtype=torch.bool, device=dev)
         success = torch.zeros((b, c), dtype=torch.bool, device=dev)
         ended = torch.zeros(b, dtype=torch.bool, device=dev)
+        steps_taken = torch.zeros(b, dtype=torch.int64, device=dev)
+        held = torch.as_tensor(self.episodes.held, device=dev)
         final_obs: Obs | None = None
-        obs: Obs = self._last_obs
         for t in range(c):
             raw_obs, reward, _, _, info = self.base.step(acts[:, t])
-            live = ~self._held & ~ended
+            live = ~held & ~ended
             succ = info["success"].to(dev) if "success" in info else torch.zeros_like(live)
             fail = info["fail"].to(dev) if "fail" in info else torch.zeros_like(live)
             self._steps += live.long()
+            steps_taken += live.long()
             rewards[:, t] = torch.where(live, reward.to(dev, torch.float32), 0.0)
             success[:, t] = succ & live
             term = (succ | fail) & live if not self.cfg.ignore_terminations else torch.zeros_like(live)
@@ -229,40 +227,22 @@ class ManiSkillGPUEnv(BatchedEnv):
             if bool(newly.any()):
                 final_obs = obs if final_obs is None else _merge_rows(final_obs, obs, newly)
             ended |= newly
-        self._return += rewards.sum(dim=1)
-        self._success_once |= success.any(dim=1)
-        ep_len = self._steps.clone()
-        metrics = empty_episode_metrics(b)
-        ended_np = ended.cpu().numpy()
-        if ended_np.any():
-            ret = self._return.cpu().numpy()
-            length = ep_len.cpu().numpy().astype(np.float32)
-            metrics["return"] = np.where(ended_np, ret, 0.0).astype(np.float32)
-            metrics["episode_len"] = np.where(ended_np, length, 0.0).astype(np.float32)
-            metrics["success_once"] = np.where(ended_np, self._success_once.cpu().numpy(), 0.0).astype(
-                np.float32
-            )
-            metrics["reward"] = np.where(ended_np, ret / np.maximum(length, 1.0), 0.0).astype(np.float32)
-        final = final_obs if final_obs is not None else obs
-        if self._held_obs is not None:  # rows held from earlier calls keep showing their final obs
-            obs = _merge_rows(obs, self._held_obs, self._held)
-        if ended_np.any():
-            rows = np.flatnonzero(ended_np)
-            self._steps[ended] = 0
-            self._return[ended] = 0.0
-            self._success_once[ended] = False
-            if self.cfg.auto_reset:
-                raw_obs = self._reset_rows_random(rows)
-                obs = _merge_rows(self._obs(raw_obs), obs, ~ended)
-                if self._held_obs is not None:
-                    obs = _merge_rows(obs, self._held_obs, self._held)
-            else:
-                self._held |= ended
-                self._held_obs = (
-                    final if self._held_obs is None else _merge_rows(self._held_obs, final, ended)
-                )
-                obs = _merge_rows(obs, final, ended)
-        self._last_obs = obs
+        # the chunk's per-row counts in one device -> host copy
+        chunk_return, taken, succeeded, done = (
+            torch.stack([rewards.sum(dim=1), steps_taken.float(), success.any(dim=1).float(), ended.float()])
+            .cpu()
+            .numpy()
+        )
+        ended_np = done > 0
+        self.episodes.add(chunk_return[:, None], taken.astype(np.int64), succeeded[:, None] > 0)
+        metrics = self.episodes.end(ended_np)
+        self._steps[ended] = 0
+        obs, final = self.episodes.next_obs(
+            obs,
+            obs if final_obs is None else final_obs,
+            ended_np,
+            lambda rows: self._obs(self._reset_rows_random(rows)),
+        )
         return StepResult(
             obs=obs,
             rewards=rewards,

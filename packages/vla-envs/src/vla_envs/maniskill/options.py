@@ -14,8 +14,8 @@ STATE_MODES = ("proprio", "privileged")
 CONTROL_MODES = {"pd_ee_delta_pose": 7, "pd_ee_target_delta_pose": 7, "pd_joint_delta_pos": 8}
 DEFAULT_CAMERA = "base_camera"
 WRIST_CAMERA = "hand_camera"  # the Panda hand camera of the `panda_wristcam` robot
-# Camera names that mean "the adapter's default camera" (EnvConfig's default is MetaWorld's "corner2").
-_DEFAULT_CAMERA_ALIASES = (None, "", "default", "corner2", DEFAULT_CAMERA)
+# Camera names that mean "the adapter's default camera" (EnvConfig.camera=None is the default).
+_DEFAULT_CAMERA_ALIASES = (None, "", "default", DEFAULT_CAMERA)
 EXTRA_KEYS = (
     "sim_backend",
     "control_mode",

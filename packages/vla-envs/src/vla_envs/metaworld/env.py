@@ -6,13 +6,12 @@ import importlib.util
 
 import numpy as np
 
-from vla_envs.config import EnvConfig, check_extra_keys
+from vla_envs.config import EnvConfig
+from vla_envs.metaworld.options import resolve_options
 from vla_envs.metaworld.tasks import resolve_tasks
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
 
-CAMERAS = ("corner", "corner2", "corner3", "corner4", "topview", "behindGripper", "gripperPOV")
-MAX_IMAGE_SIDE = 1024
 INSTALL_HINT = "install it with: pip install 'vla-envs[metaworld]' (metaworld==3.1.1, mujoco, packaging)"
 
 
@@ -23,23 +22,10 @@ def check_metaworld_installed() -> None:
         raise ImportError(f"env_type='metaworld' needs the Python package(s) {missing}; {INSTALL_HINT}")
 
 
-#: `EnvConfig.extra` keys MetaWorld reads (`task_cache_size`: simulators of distinct tasks kept per worker).
-EXTRA_KEYS = ("task_cache_size",)
-
-
 def metaworld_spec(cfg: EnvConfig) -> SimSpec:
     """Validate `cfg` for MetaWorld and describe the simulator (no simulator import)."""
-    check_extra_keys(cfg.extra, EXTRA_KEYS, "metaworld")
+    resolve_options(cfg)
     tasks, goal_observable = resolve_tasks(cfg.task, cfg.task_set)
-    for key in ("camera", "wrist_camera"):
-        value = getattr(cfg, key)
-        if value is not None and value not in CAMERAS:
-            raise ValueError(
-                f"EnvConfig.{key}={value!r} is not a MetaWorld camera; valid cameras: {list(CAMERAS)}"
-            )
-    h, w = cfg.image_hw
-    if max(h, w) > MAX_IMAGE_SIDE:
-        raise ValueError(f"EnvConfig.image_size={cfg.image_size!r} is too large: at most {MAX_IMAGE_SIDE} px")
     return SimSpec(
         builder="vla_envs.metaworld.sim:build_metaworld_sims",
         action_dim=4,

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
+from vla_envs.metaworld.options import MetaWorldOptions, resolve_options
 from vla_envs.metaworld.tasks import TASK_DESCRIPTIONS
 from vla_envs.sim import ObsRow, SimSpec
 
 # MetaWorld's corner cameras are mounted upside down: their images must be rotated 180 degrees.
 FLIPPED_CAMERAS = frozenset({"corner", "corner2", "corner3", "corner4"})
-CAMERAS = ("corner", "corner2", "corner3", "corner4", "topview", "behindGripper", "gripperPOV")
 FAR_MESHES = frozenset({"pedestal", "base", "head", "l0", "l1"})
 HIDDEN_GEOM_GROUP = 5
 STATE_DIM = 39
@@ -42,7 +42,7 @@ def upright(image: np.ndarray, camera: str) -> np.ndarray:
 class _TaskEnv:
     """A metaworld env of one task plus its renderer(s)."""
 
-    def __init__(self, task: str, cfg: EnvConfig, goal_observable: bool) -> None:
+    def __init__(self, task: str, cfg: EnvConfig, opts: MetaWorldOptions, goal_observable: bool) -> None:
         import mujoco
         from metaworld.env_dict import ALL_V3_ENVIRONMENTS
 
@@ -66,7 +66,7 @@ class _TaskEnv:
             model.vis.global_.offwidth = max(int(model.vis.global_.offwidth), w)
             model.vis.global_.offheight = max(int(model.vis.global_.offheight), h)
             self.scene_option = mujoco.MjvOption()
-            if cfg.hide_far_meshes:
+            if opts.hide_far_meshes:
                 for g in range(model.ngeom):
                     if model.geom_type[g] == mujoco.mjtGeom.mjGEOM_MESH:
                         name = mujoco.mj_id2name(model, mujoco.mjtObj.mjOBJ_MESH, model.geom_dataid[g])
@@ -75,7 +75,7 @@ class _TaskEnv:
                 self.scene_option.geomgroup[HIDDEN_GEOM_GROUP] = 0
             self.renderer = mujoco.Renderer(model, h, w)
             self.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
-            if cfg.wrist_camera is not None:
+            if opts.wrist_camera is not None:
                 # same size: one GL context and one upload of the model's meshes serve both cameras
                 self.wrist_renderer = self.renderer
 
@@ -93,17 +93,21 @@ class MetaWorldSim:
     """One batch row: runs any task of the task set (per-task envs built lazily and cached, LRU).
 
     Args:
-        cfg: Env config (camera, image size, action_repeat, reward_mode, render settings).
+        cfg: Env config (image size, action_repeat, reward_mode, render settings; cameras and the rest of the
+            MetaWorld settings through `resolve_options`).
         tasks: Task names indexed by reset_state_id // num_trials_per_task.
         goal_observable: Whether the goal position is part of the state (MT sets) or zeroed (ML sets).
-        cache_size: Per-task envs kept alive for this row.
+        cache_size: Per-task envs kept alive for this row (None: `extra['task_cache_size']`).
     """
 
-    def __init__(self, cfg: EnvConfig, tasks: list[str], goal_observable: bool, cache_size: int = 4) -> None:
+    def __init__(
+        self, cfg: EnvConfig, tasks: list[str], goal_observable: bool, cache_size: int | None = None
+    ) -> None:
         self.cfg = cfg
+        self.opts = resolve_options(cfg)
         self.tasks = tasks
         self.goal_observable = goal_observable
-        self.cache_size = cache_size
+        self.cache_size = self.opts.task_cache_size if cache_size is None else cache_size
         self._envs: OrderedDict[str, _TaskEnv] = OrderedDict()
         self._current: _TaskEnv | None = None
         self.raw_state: np.ndarray | None = (
@@ -114,7 +118,7 @@ class MetaWorldSim:
         if task in self._envs:
             self._envs.move_to_end(task)
         else:
-            self._envs[task] = _TaskEnv(task, self.cfg, self.goal_observable)
+            self._envs[task] = _TaskEnv(task, self.cfg, self.opts, self.goal_observable)
             while len(self._envs) > self.cache_size:
                 _, old = self._envs.popitem(last=False)
                 old.close()
@@ -124,12 +128,12 @@ class MetaWorldSim:
         te = self._current
         assert te is not None
         if te.renderer is not None:
-            image = te.render(te.renderer, self.cfg.camera)
+            image = te.render(te.renderer, self.opts.camera)
         else:
             image = np.zeros((0, 0, 3), dtype=np.uint8)
         wrist = None
-        if te.wrist_renderer is not None and self.cfg.wrist_camera is not None:
-            wrist = te.render(te.wrist_renderer, self.cfg.wrist_camera)[None]
+        if te.wrist_renderer is not None and self.opts.wrist_camera is not None:
+            wrist = te.render(te.wrist_renderer, self.opts.wrist_camera)[None]
         return {
             "images": image,
             "wrist_images": wrist,
@@ -172,12 +176,7 @@ def build_metaworld_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list
     """Worker-side builder: one MetaWorldSim per row, pre-building the row's default task env."""
     sims = []
     for row in rows:
-        sim = MetaWorldSim(
-            cfg,
-            spec.tasks,
-            spec.options["goal_observable"],
-            cache_size=int(cfg.extra.get("task_cache_size", 4)),
-        )
+        sim = MetaWorldSim(cfg, spec.tasks, spec.options["goal_observable"])
         sim._task_env(spec.tasks[row % len(spec.tasks)])
         sims.append(sim)
     return sims

@@ -30,8 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, empty_episode_metrics, merge_obs_rows
+from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, merge_obs_rows
 from vla_envs.config import EnvConfig
+from vla_envs.episodes import EpisodeTracker
 from vla_envs.robotwin.observations import convert_obs
 from vla_envs.robotwin.options import ACTION_DIM, RoboTwinOptions, resolve_options
 from vla_envs.robotwin.runtime import RoboTwinProcess
@@ -73,11 +74,9 @@ class RoboTwinEnv(BatchedEnv):
             opts, n_envs=self.num_envs, env_seeds=[self.robotwin_seed(int(i)) for i in ids]
         )
         b = self.num_envs
-        self._steps = np.zeros(b, dtype=np.int64)
-        self._held = np.zeros(b, dtype=bool)
+        self._steps = np.zeros(b, dtype=np.int64)  # RoboTwin steps since each row's reset (the time limit)
         self._prev_success = np.zeros(b, dtype=bool)
-        self._acc = empty_episode_metrics(b)
-        self._last_obs: Obs | None = None
+        self.episodes = EpisodeTracker(b, auto_reset=cfg.auto_reset)
         self.video = (
             EpisodeVideoRecorder(cfg.video, b, tag=str(cfg.extra.get("video_tag", "episode")))
             if cfg.video.save_video
@@ -134,17 +133,15 @@ class RoboTwinEnv(BatchedEnv):
         else:
             ids = self._check_ids(reset_state_ids)
         obs = self._reset_rows(np.arange(self.num_envs), ids)
-        self._held[:] = False
-        self._acc = empty_episode_metrics(self.num_envs)
-        self._last_obs = obs
+        self.episodes.start(obs)
         if self.video is not None:
             self.video.start(obs["images"])
         return obs
 
     def chunk_step(self, actions: np.ndarray) -> StepResult:
         """Step through actions [B, C, 14] (see BatchedEnv.chunk_step)."""
-        if self._last_obs is None:
-            raise RuntimeError("call reset() before step()/chunk_step()")
+        episodes = self.episodes
+        obs = final_obs = episodes.last_obs()
         acts = check_actions(
             actions, num_envs=self.num_envs, action_dim=self.action_dim, low=self.action_low,
             high=self.action_high, out_of_range=self.cfg.action_out_of_range, tolerance=self.cfg.action_tolerance,
@@ -156,15 +153,12 @@ class RoboTwinEnv(BatchedEnv):
         success = np.zeros((b, c), dtype=bool)
         ended = np.zeros(b, dtype=bool)
         steps_taken = np.zeros(b, dtype=np.int64)
-        final_obs = self._last_obs
-        obs = self._last_obs
-        was_held = self._held.copy()
-        start_len = self._acc["episode_len"].copy()
+        start_len = episodes.episode_len.copy()
         # (first, end) chunk positions executed by one RoboTwin step; outputs land at position end - 1
         segments = [(0, c)] if self.opts.chunk_execution == "chunk" else [(t, t + 1) for t in range(c)]
         for first, end in segments:
             t, n = end - 1, end - first
-            live = ~self._held & ~ended
+            live = ~episodes.held & ~ended
             if not live.any():
                 break  # every row ended in this chunk: the remaining actions are ignored
             raw, _, term, trunc, infos = self.venv.step(acts[:, first:end])
@@ -198,22 +192,15 @@ class RoboTwinEnv(BatchedEnv):
                         step_obs, live, start_len + steps_taken, rewards[:, t], success[:, : t + 1]
                     )
             ended |= newly
-        final_obs = merge_obs_rows(obs, final_obs, ended)
-        if ended.any():
-            rows = np.flatnonzero(ended)
-            if self.cfg.auto_reset:
-                fresh = self._reset_rows(rows, self._draw_ids(len(rows)))
-                obs = merge_obs_rows(obs, fresh, ended)
-            else:
-                self._held |= ended
-                obs = merge_obs_rows(obs, final_obs, ended)
-        obs = merge_obs_rows(obs, self._last_obs, was_held)  # held rows keep their final obs
-        metrics = self._metrics(rewards, success, steps_taken, ended)
+        episodes.add(rewards, steps_taken, success)
+        metrics = episodes.end(ended)
+        obs, final_obs = episodes.next_obs(
+            obs, final_obs, ended, lambda rows: self._reset_rows(rows, self._draw_ids(len(rows)))
+        )
         if self.video is not None:
             for r in self.video.rows:
                 if ended[r]:
                     self.video.finish(r, obs["images"][r] if self.cfg.auto_reset else None)
-        self._last_obs = obs
         return StepResult(
             obs=obs, rewards=rewards, terminated=terminated, truncated=truncated, final_obs=final_obs,
             final_mask=ended, episode_metrics=metrics, infos={"success": success, "worker_restarts": 0},
@@ -231,30 +218,14 @@ class RoboTwinEnv(BatchedEnv):
             venv.close()
 
     # ------------------------------------------------------------------ internals
-    def _metrics(
-        self, rewards: np.ndarray, success: np.ndarray, steps: np.ndarray, ended: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        acc = self._acc
-        acc["return"] += rewards.sum(axis=1)
-        acc["episode_len"] += steps
-        acc["success_once"] = np.maximum(acc["success_once"], success.any(axis=1).astype(np.float32))
-        metrics = empty_episode_metrics(self.num_envs)
-        for key in ("return", "episode_len", "success_once"):
-            metrics[key] = np.where(ended, acc[key], 0.0).astype(np.float32)
-        metrics["reward"] = np.where(ended, acc["return"] / np.maximum(acc["episode_len"], 1), 0.0).astype(
-            np.float32
-        )
-        for key in acc:
-            acc[key][ended] = 0.0
-        return metrics
-
     def _record_step(
         self, obs: Obs, live: np.ndarray, step: np.ndarray, reward: np.ndarray, success: np.ndarray
     ) -> None:
         assert self.video is not None
+        succeeded = self.episodes.succeeded()
         for r in self.video.rows:
             if live[r]:
-                done_before = self._acc["success_once"][r] > 0
+                done_before = succeeded[r]
                 self.video.add(
                     r, obs["images"][r], step=int(step[r]), reward=float(reward[r]),
                     success=bool(done_before or success[r].any()),

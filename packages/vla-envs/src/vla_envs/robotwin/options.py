@@ -23,7 +23,7 @@ ACTION_DIM = 14
 STATE_DIM = 14
 HEAD_CAMERA = "head_camera"
 WRIST_CHOICES = ("both", "left", "right")
-_DEFAULT_CAMERA_ALIASES = (None, "", "default", "corner2", "head", HEAD_CAMERA)
+_DEFAULT_CAMERA_ALIASES = (None, "", "default", "head", HEAD_CAMERA)
 # RoboTwin's task configuration as the reference config writes it (OpenVLA-OFT setting: two piper arms 0.6 m
 # apart, D435 cameras, no wrist images). pi0/pi0.5 use embodiment ["aloha-agilex"] and collect_wrist_camera true.
 DEFAULT_TASK_CONFIG: dict[str, Any] = {

@@ -16,7 +16,8 @@ rank_zero      only rank 0 runs, with the arguments          ``first``
 
 collect modes: ``list`` (outputs in rank order), ``concat`` (inverse of ``split``: tensors and arrays
 concatenated along dim 0, lists and tuples joined, dicts merged key by key, None stays None),
-``first`` (rank 0's output), ``none`` (returns None).
+``first`` (rank 0's output), ``none`` (returns None), or a function of the per-rank outputs (in rank order) for
+outputs that only their owner knows how to join (e.g. prompts of different widths).
 """
 
 from __future__ import annotations
@@ -167,8 +168,10 @@ def dispatch_args(mode: str, world_size: int, args: tuple, kwargs: dict) -> list
     raise ValueError(f"unknown dispatch mode {mode!r}; allowed: {', '.join(DISPATCH_MODES)}")
 
 
-def collect_outputs(mode: str, outputs: list[Any]) -> Any:
-    """Gather per-rank outputs (in rank order) according to ``mode``."""
+def collect_outputs(mode: str | Callable[[list[Any]], Any], outputs: list[Any]) -> Any:
+    """Gather per-rank outputs (in rank order) according to ``mode`` (a collect mode or a function)."""
+    if callable(mode):
+        return mode(outputs)
     if mode == "list":
         return outputs
     if mode == "concat":
@@ -181,13 +184,14 @@ def collect_outputs(mode: str, outputs: list[Any]) -> Any:
 
 
 def register(
-    dispatch: str = "one_to_all", *, collect: str | None = None
+    dispatch: str = "one_to_all", *, collect: str | Callable[[list[Any]], Any] | None = None
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare how a :class:`~vla_infra.workers.Worker` method is called by its group.
 
     Args:
         dispatch: One of :data:`DISPATCH_MODES`.
-        collect: One of :data:`COLLECT_MODES`; defaults to :data:`DEFAULT_COLLECT` of ``dispatch``.
+        collect: One of :data:`COLLECT_MODES`, or a function joining the per-rank outputs (in rank order);
+            defaults to :data:`DEFAULT_COLLECT` of ``dispatch``.
 
     Returns:
         A decorator that tags the method (the method itself is unchanged when called directly).
@@ -195,8 +199,10 @@ def register(
     if dispatch not in DISPATCH_MODES:
         raise ValueError(f"register(dispatch={dispatch!r}): allowed: {', '.join(DISPATCH_MODES)}")
     collect = collect if collect is not None else DEFAULT_COLLECT[dispatch]
-    if collect not in COLLECT_MODES:
-        raise ValueError(f"register(collect={collect!r}): allowed: {', '.join(COLLECT_MODES)}")
+    if not callable(collect) and collect not in COLLECT_MODES:
+        raise ValueError(
+            f"register(collect={collect!r}): allowed: {', '.join(COLLECT_MODES)}, or a function of the outputs"
+        )
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__vla_dispatch__ = (dispatch, collect)  # type: ignore[attr-defined]
@@ -205,6 +211,6 @@ def register(
     return decorate
 
 
-def method_dispatch(fn: Any) -> tuple[str, str]:
+def method_dispatch(fn: Any) -> tuple[str, str | Callable[[list[Any]], Any]]:
     """The ``(dispatch, collect)`` pair of a worker method (``one_to_all``/``list`` if undecorated)."""
     return getattr(fn, "__vla_dispatch__", ("one_to_all", "list"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from vla_infra.placement import ProcessPlacement
@@ -14,7 +14,7 @@ from vla_infra.workers.worker import Worker
 class GroupFuture:
     """The pending, gathered result of one call on a worker group."""
 
-    def __init__(self, futures: list[ResultFuture], collect: str) -> None:
+    def __init__(self, futures: list[ResultFuture], collect: str | Callable[[list[Any]], Any]) -> None:
         self._futures = futures
         self._collect = collect
 
@@ -28,7 +28,9 @@ class GroupFuture:
 class GroupMethod:
     """``group.<method>``: call it to run on all ranks and gather, or ``.submit(...)`` for a future."""
 
-    def __init__(self, group: WorkerGroup, method: str, dispatch: str, collect: str) -> None:
+    def __init__(
+        self, group: WorkerGroup, method: str, dispatch: str, collect: str | Callable[[list[Any]], Any]
+    ) -> None:
         self._group = group
         self._method = method
         self.dispatch = dispatch

@@ -195,8 +195,11 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
     flow_noise head follow the config: added fresh when asked for and absent, dropped (logged) when present and
     not asked for.
     """
-    from vla_models.openpi.modeling_openpi import OpenPiPolicy
+    from vla_models.families import registered_families
     from vla_models.tokenizer import build_tiny_tokenizer, load_tokenizer
+
+    # the family's policy class, from the registry: the modeling module imports this one for save/load
+    policy_class = registered_families()["openpi"].policy_class
 
     p = Path(path)
     if not p.is_dir():
@@ -254,7 +257,7 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
     else:
         tokenizer = load_tokenizer(p if cfg.tokenizer == "checkpoint" else cfg.tokenizer)
     with default_dtype(torch.float32):
-        policy = OpenPiPolicy(cfg, tokenizer)
+        policy = policy_class(cfg, tokenizer)
     own = policy.state_dict()
     for head in _OPTIONAL_HEADS:
         have = [k for k in sd if k.startswith(head)]

@@ -627,9 +627,25 @@ class OpenPiPolicy(nn.Module):
             entropy=ent,
         )
 
-    def values(self, obs: Mapping[str, Any]) -> torch.Tensor | None:
-        """V(obs) ``[B]`` (None without a value head): the same critic ``predict`` returns."""
-        return self.predict(obs, mode="greedy").values
+    @torch.no_grad()
+    def values(self, obs: Mapping[str, Any], *, generator: torch.Generator | None = None) -> torch.Tensor:
+        """V(obs) float32 ``[B]``: the critic ``predict`` returns, without denoising; zeros without a value head
+        or for an empty batch.
+
+        ``value_after_vlm``: one prefix pass. Otherwise the prefix pass and the expert's step-0 pass (t = 1) on
+        the initial noise, drawn from ``generator`` as ``predict`` draws it, so the same generator state gives
+        ``predict``'s value.
+        """
+        cfg = self.config
+        b = len(obs["task_descriptions"])
+        if self.value_head is None or b == 0:
+            return torch.zeros(b, device=self.device)
+        fi = self.prepare_inputs(obs)
+        prefix = self.compute_prefix(fi)
+        if not cfg.critic_after_vlm:
+            shape = (b, cfg.action_horizon, cfg.model_action_dim)
+            fi["chains"] = torch.randn(shape, generator=generator, device=self.device)[:, None]
+        return self._values(prefix, fi)
 
     # ---- action space -------------------------------------------------------------------------------------
     def actions_from_model(self, x: torch.Tensor, states: torch.Tensor) -> torch.Tensor:

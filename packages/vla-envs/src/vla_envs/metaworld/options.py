@@ -1,0 +1,65 @@
+"""MetaWorld-specific settings read from `EnvConfig` (its generic fields plus `extra`), with their defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from vla_envs.config import EnvConfig, check_extra_keys
+
+CAMERAS = ("corner", "corner2", "corner3", "corner4", "topview", "behindGripper", "gripperPOV")
+#: The main camera when `EnvConfig.camera` is None.
+DEFAULT_CAMERA = "corner2"
+MAX_IMAGE_SIDE = 1024
+#: `EnvConfig.extra` keys MetaWorld reads.
+EXTRA_KEYS = ("task_cache_size", "hide_far_meshes")
+
+
+@dataclass(frozen=True)
+class MetaWorldOptions:
+    """Resolved MetaWorld settings.
+
+    Attributes:
+        camera: Main camera, one of `CAMERAS` (`EnvConfig.camera`; None gives `DEFAULT_CAMERA`).
+        wrist_camera: Second camera returned as `wrist_images`, or None.
+        hide_far_meshes: Hide the robot base/pedestal/head meshes (`extra['hide_far_meshes']`; about 2x faster
+            renders on llvmpipe; the arm and the scene are unchanged).
+        task_cache_size: Simulators of distinct tasks kept alive per batch row (`extra['task_cache_size']`).
+    """
+
+    camera: str = DEFAULT_CAMERA
+    wrist_camera: str | None = None
+    hide_far_meshes: bool = False
+    task_cache_size: int = 4
+
+
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"EnvConfig.{key}={value!r} is invalid for env_type='metaworld': {allowed}")
+
+
+def resolve_options(cfg: EnvConfig) -> MetaWorldOptions:
+    """Read and validate the MetaWorld settings of `cfg` (no simulator import).
+
+    Raises:
+        ValueError: an unknown camera, a too large image, a bad or unknown `extra` key (named, with what is
+            allowed).
+    """
+    check_extra_keys(cfg.extra, EXTRA_KEYS, "metaworld")
+    camera = DEFAULT_CAMERA if cfg.camera is None else cfg.camera
+    for key, value in (("camera", camera), ("wrist_camera", cfg.wrist_camera)):
+        if value is not None and value not in CAMERAS:
+            raise ValueError(
+                f"EnvConfig.{key}={value!r} is not a MetaWorld camera; valid cameras: {list(CAMERAS)}"
+            )
+    h, w = cfg.image_hw
+    if max(h, w) > MAX_IMAGE_SIDE:
+        raise ValueError(f"EnvConfig.image_size={cfg.image_size!r} is too large: at most {MAX_IMAGE_SIDE} px")
+    hide = cfg.extra.get("hide_far_meshes", False)
+    if not isinstance(hide, bool):
+        _fail("extra['hide_far_meshes']", hide, "true or false")
+    cache = cfg.extra.get("task_cache_size", 4)
+    if isinstance(cache, bool) or not isinstance(cache, int) or cache < 1:
+        _fail("extra['task_cache_size']", cache, "an int >= 1")
+    return MetaWorldOptions(
+        camera=camera, wrist_camera=cfg.wrist_camera, hide_far_meshes=hide, task_cache_size=cache
+    )

@@ -1,0 +1,70 @@
+"""The source tree's import graph (`tests/import_graph.py`, read with `ast`): no import cycles, packages independent
+of each other and of the app, and the app on the packages' public names only."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+_spec = importlib.util.spec_from_file_location("import_graph", Path(__file__).with_name("import_graph.py"))
+assert _spec is not None and _spec.loader is not None
+ig = importlib.util.module_from_spec(_spec)
+sys.modules["import_graph"] = ig
+_spec.loader.exec_module(ig)
+
+
+def test_the_graph_reads_every_package_and_the_app() -> None:
+    graph = ig.build_graph()
+    assert {ig.top_of(m) for m in graph} == {
+        "vla_algos",
+        "vla_envs",
+        "vla_models",
+        "vla_infra",
+        "train_embodied",
+    }
+    assert ig.app_names() == {"train_embodied"}
+    # module-level and lazy imports are edges (lazy ones only with lazy=True); TYPE_CHECKING imports are not
+    assert "vla_envs.base" in graph["vla_envs.vector"]
+    assert "vla_models.checkpoint" in graph["vla_models.policy_base"]  # lazy, in save_pretrained
+    assert "vla_models.checkpoint" not in ig.build_graph(lazy=False)["vla_models.policy_base"]
+    assert "vla_envs.config" not in graph["vla_envs.registry"]  # under `if TYPE_CHECKING:` only
+
+
+def test_cycles_and_crossings_are_found(tmp_path: Path) -> None:
+    """The checks on a small tree with a cycle (relative and lazy imports), a package importing another package
+    and the app importing a private name."""
+    for rel, text in {
+        "packages/a/src/pa/__init__.py": "",
+        "packages/a/src/pa/x.py": "from .y import f\n",
+        "packages/a/src/pa/y.py": "def f():\n    from pa import x\n",
+        "packages/a/src/pa/_hidden.py": "",
+        "packages/b/src/pb/__init__.py": "import pa.x\n",
+        "apps/app/src/papp/__init__.py": "from pa import _hidden\nfrom pa.x import f\n",
+    }.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    graph = ig.build_graph(tmp_path)
+    assert ig.cycles(graph) == [["pa.x", "pa.y"]]
+    assert ig.cycles(ig.build_graph(tmp_path, lazy=False)) == []
+    assert ig.cross_imports(graph, ig.app_names(tmp_path)) == [("pb", "pa.x")]
+    assert ig.private_imports(tmp_path) == [("papp", "pa._hidden")]
+
+
+def test_no_import_cycle_at_import_time() -> None:
+    assert ig.cycles(ig.build_graph(lazy=False)) == []
+
+
+def test_no_cycle_even_through_lazy_imports() -> None:
+    """Imports inside functions count too: a lazy import runs whenever its function runs."""
+    found = ig.cycles(ig.build_graph())
+    assert found == []
+
+
+def test_packages_import_no_other_package_and_no_app() -> None:
+    assert ig.cross_imports(ig.build_graph(), ig.app_names()) == []
+
+
+def test_the_app_imports_public_names_only() -> None:
+    assert ig.private_imports() == []

@@ -19,16 +19,27 @@ from vla_envs.metaworld import MT10_TASKS
 def test_mt10_grpo_groups_are_one_task_each_and_cover_every_task() -> None:
     tc = load_train_config("metaworld_mt10_grpo_tiny_cpu", [], check_paths=False)
     trials = tc.env_train.num_trials_per_task
-    seen_first = set()
+    draws = set()
     for epoch in range(5):
         ids = group_reset_ids(tc, len(MT10_TASKS), epoch)
         groups = ids.reshape(-1, tc.algorithm.group_size)
         assert (groups == groups[:, :1]).all()  # a group shares one start, so one task
-        tasks = groups[:, 0] // trials
-        assert sorted(tasks.tolist()) == list(range(10))  # 10 groups: every task once per iteration
-        assert ((groups[:, 0] % trials) < trials).all()
-        seen_first.add(int(tasks[0]))
-    assert len(seen_first) > 1  # the first task of the turn is drawn, not always task 0
+        # 10 groups: every task once per iteration, group k on task k (each row keeps its task and simulator)
+        assert (groups[:, 0] // trials).tolist() == list(range(10))
+        draws.add(tuple(groups[:, 0] % trials))
+    assert len(draws) == 5  # new trials every iteration
+    # 3 groups of 4 for 10 tasks: the first task is drawn, so every task gets its share over iterations
+    small = load_train_config(
+        "metaworld_mt10_grpo_tiny_cpu",
+        ["env.train.num_envs=12", "env.train.envs_per_worker=6"],
+        check_paths=False,
+    )
+    counts = np.zeros(10, dtype=int)
+    for epoch in range(200):
+        tasks = group_reset_ids(small, 10, epoch).reshape(3, 4)[:, 0] // trials
+        assert len(set(tasks.tolist())) == 3 and (np.diff(tasks) % 10 == 1).all()  # consecutive tasks in turn
+        counts += np.bincount(tasks, minlength=10)
+    assert counts.min() > 0.6 * counts.mean()
 
 
 def test_single_task_group_starts_are_the_plain_draw() -> None:

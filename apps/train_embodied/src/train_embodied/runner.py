@@ -99,15 +99,18 @@ def env_fault_metrics(w: RunWorkers) -> dict[str, float]:
 
 def group_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
     """Reset ids [num_envs] for a grouped-start estimator (GRPO): each consecutive group of `group_size` envs
-    shares one start, so a group is always one task. With several tasks the groups take the tasks in turn from a
-    random first task (every task gets the same number of groups, +-1), each at a random trial."""
+    shares one start, so a group is always one task. With several tasks the groups take the tasks in turn, each at
+    a random trial: group k runs task (first + k) % num_tasks. When the groups are a multiple of the tasks, first
+    is 0 and every env row keeps its task across iterations (its simulator stays built); otherwise first is drawn
+    per iteration, so every task gets the same share of groups over the run."""
     g = tc.algorithm.group_size
     trials_per_task = tc.env_train.num_trials_per_task
     num_groups = tc.env_train.num_envs // g
     rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.GROUP_STARTS, *key))
     trials = rng.integers(0, trials_per_task, size=num_groups)
     if num_tasks > 1:  # one task: the draw above is the whole start, as it always was
-        tasks = (int(rng.integers(0, num_tasks)) + np.arange(num_groups)) % num_tasks
+        first = int(rng.integers(0, num_tasks)) if num_groups % num_tasks else 0
+        tasks = (first + np.arange(num_groups)) % num_tasks
         trials = tasks * trials_per_task + trials
     return np.repeat(trials, g)
 

@@ -120,4 +120,5 @@ def load_run_checkpoint(path: Path, actor: Any) -> dict[str, Any]:
     state = actor.load_checkpoint(str(path))
     state.setdefault("history", [])
     state.setdefault("before", {})
+    state.setdefault("eval_tables", {})
     return state

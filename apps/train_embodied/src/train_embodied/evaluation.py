@@ -38,11 +38,12 @@ def evaluate(
     mode: str,
     progress: bool = False,
     weight_version: int | None = None,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """Run `num_episodes` held-out episodes with decoding `mode` ("sample" or "greedy").
 
     Returns:
-        success_once, return, episode_len (means), num_trajectories.
+        (success_once, return, episode_len (means), num_trajectories;
+         per episode: reset_state_ids int64 [num_episodes], success_once float32 [num_episodes]).
     """
     success, returns, lengths = [], [], []
     bar = tqdm(total=num_episodes, desc=f"eval ({mode})", leave=False, disable=not progress, unit="ep")
@@ -68,9 +69,31 @@ def evaluate(
         lengths += metrics["episode_len"][:valid].tolist()
         bar.update(valid)
     bar.close()
-    return {
+    means = {
         "success_once": float(np.mean(success)),
         "return": float(np.mean(returns)),
         "episode_len": float(np.mean(lengths)),
         "num_trajectories": float(len(success)),
     }
+    per_episode = {
+        "reset_state_ids": np.asarray(reset_ids[:num_episodes], dtype=np.int64),
+        "success_once": np.asarray(success, dtype=np.float32),
+    }
+    return means, per_episode
+
+
+def episode_tasks(reset_state_ids: np.ndarray, tasks: list[str], trials_per_task: int) -> list[str]:
+    """Task name of each episode (reset_state_id = task index * trials_per_task + trial)."""
+    return [tasks[int(i) // trials_per_task] for i in reset_state_ids]
+
+
+def eval_table_metrics(table: dict[str, Any], suffix: str = "") -> dict[str, float]:
+    """`eval/<group>/success_once`, `eval/task/<task>/success_once` and `eval/avg/success_once` (the mean of the
+    groups, the reference MetaWorld table's Avg.) of an `vla_envs.evaluation.evaluation_table` result."""
+    out = {f"eval/{g}/success_once{suffix}": row["success_once"] for g, row in table["groups"].items()}
+    if table["groups"]:
+        out[f"eval/avg/success_once{suffix}"] = table["avg"]
+    out.update(
+        {f"eval/task/{t}/success_once{suffix}": row["success_once"] for t, row in table["tasks"].items()}
+    )
+    return out

@@ -29,13 +29,14 @@ from train_embodied.checkpointing import (
     save_run_checkpoint,
 )
 from train_embodied.config.build import TrainConfig
-from train_embodied.evaluation import evaluate, held_out_reset_ids
+from train_embodied.evaluation import episode_tasks, eval_table_metrics, evaluate, held_out_reset_ids
 from train_embodied.metrics import make_logger
 from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates, nonfinite_inputs
 from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollouts
 from train_embodied.run_workers import RunWorkers
 from train_embodied.seeds import stream_seed
 from vla_algos import explained_variance, get_advantage_estimator, get_policy_loss
+from vla_envs.evaluation import TaskGrouping, evaluation_table, format_evaluation_tables
 
 
 def set_torch_threads(num_threads: int) -> None:
@@ -96,17 +97,32 @@ def env_fault_metrics(w: RunWorkers) -> dict[str, float]:
     return {f"env/{key}": value for key, value in totals.items()}
 
 
-def group_reset_ids(tc: TrainConfig, num_reset_states: int, *key: int) -> np.ndarray:
+def group_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
     """Reset ids [num_envs] for a grouped-start estimator (GRPO): each consecutive group of `group_size` envs
-    shares one start."""
+    shares one start, so a group is always one task. With several tasks the groups take the tasks in turn, each at
+    a random trial: group k runs task (first + k) % num_tasks. When the groups are a multiple of the tasks, first
+    is 0 and every env row keeps its task across iterations (its simulator stays built); otherwise first is drawn
+    per iteration, so every task gets the same share of groups over the run."""
     g = tc.algorithm.group_size
+    trials_per_task = tc.env_train.num_trials_per_task
+    num_groups = tc.env_train.num_envs // g
     rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.GROUP_STARTS, *key))
-    starts = rng.integers(0, num_reset_states, size=tc.env_train.num_envs // g)
-    return np.repeat(starts, g)
+    trials = rng.integers(0, trials_per_task, size=num_groups)
+    if num_tasks > 1:  # one task: the draw above is the whole start, as it always was
+        first = int(rng.integers(0, num_tasks)) if num_groups % num_tasks else 0
+        tasks = (first + np.arange(num_groups)) % num_tasks
+        trials = tasks * trials_per_task + trials
+    return np.repeat(trials, g)
 
 
-def run_eval(tc: TrainConfig, w: RunWorkers, tag: str) -> dict[str, float]:
-    """Held-out evaluation with sampled (the rollout setting) and, if asked, greedy decoding."""
+def run_eval(
+    tc: TrainConfig, w: RunWorkers, tag: str, tables: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """Held-out evaluation with sampled (the rollout setting) and, if asked, greedy decoding.
+
+    Besides the means (`eval/success_once`, ...) it logs the reference table's per-group and per-task success
+    (`eval/<group>/success_once`, `eval/task/<task>/success_once`); the tables themselves go to `tables[mode]`
+    (`vla_envs.evaluation.evaluation_table` results) when given."""
     ids = held_out_reset_ids(
         tc.eval_run.num_episodes,
         num_tasks=w.env_spec["num_tasks"],
@@ -121,7 +137,7 @@ def run_eval(tc: TrainConfig, w: RunWorkers, tag: str) -> dict[str, float]:
         # the same eval sampling noise for every checkpoint
         w.rollout.seed(stream_seed(tc.runner.seed, seeds.EVAL_SAMPLING))
         t0 = time.time()
-        res = evaluate(
+        res, episodes = evaluate(
             w.env_eval,
             w.rollout,
             num_envs=tc.env_eval.num_envs,
@@ -135,6 +151,12 @@ def run_eval(tc: TrainConfig, w: RunWorkers, tag: str) -> dict[str, float]:
         suffix = "" if mode == "sample" else "_greedy"
         for k, v in res.items():
             out[f"eval/{k}{suffix}"] = v
+        spec = w.env_spec
+        names = episode_tasks(episodes["reset_state_ids"], spec["tasks"], tc.env_eval.num_trials_per_task)
+        table = evaluation_table(names, episodes["success_once"], TaskGrouping(**spec["task_grouping"]))
+        out.update(eval_table_metrics(table, suffix))
+        if tables is not None:
+            tables[mode] = table
         out[f"time/eval{suffix}"] = time.time() - t0
         print(
             f"[{tag}] eval {mode}: success {res['success_once']:.2f} over {int(res['num_trajectories'])} episodes"
@@ -173,14 +195,21 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         "seed": runner.seed,
         "log_dir": str(log_dir),
     }
-    state: dict[str, Any] = {"epoch": 0, "env_steps": 0, "version": 0, "history": [], "before": {}}
+    state: dict[str, Any] = {
+        "epoch": 0,
+        "env_steps": 0,
+        "version": 0,
+        "history": [],
+        "before": {},
+        "eval_tables": {},  # when ("before_rl", "after_rl", "eval") -> decoding mode -> evaluation_table
+    }
 
     with RunWorkers(tc, need_train=not runner.only_eval) as w:
         print(f"[setup] {tc.cluster.backend} workers ready in {time.time() - wall0:.1f}s; log dir {log_dir}")
         summary["backend"] = tc.cluster.backend
         summary["worker_pids"] = w.worker_pids()
         if runner.only_eval:
-            result = run_eval(tc, w, "eval")
+            result = run_eval(tc, w, "eval", state["eval_tables"].setdefault("eval", {}))
             logger.log(result, step=0)
             summary.update(_eval_summary(result, "eval"))
             return _finish(summary, logger, log_dir, wall0, tc, state)
@@ -195,7 +224,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             )
         if resume_from is None and runner.eval_before_train:
             _sync_weights(w, state)
-            before = run_eval(tc, w, "before RL")
+            before = run_eval(tc, w, "before RL", state["eval_tables"].setdefault("before_rl", {}))
             logger.log(before, step=0)
             state["before"] = before
         summary.update(_eval_summary(state["before"], "before_rl"))
@@ -232,7 +261,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 key = (epoch,) if r == 0 else (epoch, r)  # rollout 0 draws what a single rollout draws
                 w.rollout.seed(stream_seed(runner.seed, seeds.ROLLOUT_SAMPLING, *key))
                 if estimator.grouped_starts:
-                    ids = group_reset_ids(tc, w.train_spec["num_reset_states"], *key)
+                    ids = group_reset_ids(tc, w.train_spec["num_tasks"], *key)
                     resets = [{"reset_state_ids": part} for part in np.split(ids, stages)]
                 else:
                     resets = [
@@ -319,7 +348,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         summary["policy_dir"] = w.actor.save_pretrained(str(log_dir / "policy"))  # for actor.model.model_path
         if runner.eval_after_train:
             _sync_weights(w, state)
-            after = run_eval(tc, w, "after RL")
+            after = run_eval(tc, w, "after RL", state["eval_tables"].setdefault("after_rl", {}))
             logger.log(after, step=state["epoch"])
             if state["history"]:
                 state["history"][-1].update({k: v for k, v in after.items() if k.startswith("eval/success")})
@@ -339,6 +368,21 @@ def _eval_summary(result: dict[str, float], when: str) -> dict[str, float]:
     return out
 
 
+_WHEN_TITLES = {"before_rl": "before RL", "after_rl": "after RL", "eval": "eval"}
+
+
+def eval_tables_text(eval_tables: dict[str, dict[str, Any]]) -> str:
+    """The run's evaluation tables (`summary.json`'s `eval_tables`: when -> decoding mode -> table) as text: one
+    row per evaluation and decoding mode (sampled first), as `vla_envs.evaluation.format_evaluation_tables`."""
+    rows = {
+        f"{_WHEN_TITLES.get(when, when)} ({mode})": by_mode[mode]
+        for mode in ("sample", "greedy")
+        for when, by_mode in eval_tables.items()
+        if mode in by_mode
+    }
+    return format_evaluation_tables(rows)
+
+
 def _finish(
     summary: dict[str, Any], logger: Any, log_dir: Path, wall0: float, tc: TrainConfig, state: dict[str, Any]
 ) -> dict[str, Any]:
@@ -348,8 +392,12 @@ def _finish(
     summary["tensorboard_dir"] = str(log_dir / "tensorboard")
     summary["video_dir"] = str(tc.env_eval.video.video_base_dir) if tc.env_eval.video.save_video else None
     summary["history"] = state["history"]
+    summary["eval_tables"] = state["eval_tables"]
     logger.close()
     (log_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    table = eval_tables_text(state["eval_tables"])
+    if table:
+        print("[done] held-out success per group and per task (%):\n" + table)
     keys = [k for k in summary if k.startswith("success_")]
     print(
         "[done] " + ", ".join(f"{k}={summary[k]:.2f}" for k in keys) + f"; env_steps={summary['env_steps']}"

@@ -2,7 +2,8 @@
 
 The demos come from vla-envs (`generate_metaworld_demos`, same camera / size / action repeat as
 `env.train`, trials >= 100000 so they never coincide with training or evaluation starts). The saved folder is
-what `actor.model.model_path` points to.
+what `actor.model.model_path` points to. With a task set (e.g. MT10) every task gets `sft.num_demos` demos and
+each batch draws its steps task-balanced (`task_balanced_indices`), with each step's own task instruction.
 """
 
 from __future__ import annotations
@@ -93,6 +94,28 @@ def random_shift(images: torch.Tensor, pad: int, generator: torch.Generator) -> 
     return out.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
 
 
+def task_balanced_indices(step_task: np.ndarray, batch_size: int, generator: torch.Generator) -> torch.Tensor:
+    """Demo step indices int64 [batch_size]: a task drawn uniformly, then one of its steps uniformly.
+
+    Every task weighs the same in the behaviour-cloning loss however long its demos are (a multi-task warm start
+    would otherwise favour the tasks whose experts take the most steps). With one task this is a uniform draw over
+    all steps.
+
+    Args:
+        step_task: int [N], the task index of each demo step.
+    """
+    n = len(step_task)
+    tasks, counts = np.unique(step_task, return_counts=True)
+    if len(tasks) == 1:
+        return torch.randint(0, n, (batch_size,), generator=generator)
+    order = torch.as_tensor(np.argsort(step_task, kind="stable"))  # steps grouped by task, tasks ascending
+    starts = torch.as_tensor(np.concatenate([[0], np.cumsum(counts)[:-1]]))
+    counts_t = torch.as_tensor(counts)
+    pick = torch.randint(0, len(tasks), (batch_size,), generator=generator)
+    within = (torch.rand(batch_size, generator=generator, dtype=torch.float64) * counts_t[pick]).long()
+    return order[starts[pick] + torch.minimum(within, counts_t[pick] - 1)]
+
+
 def run_sft(tc: TrainConfig) -> Path:
     """Generate demos, train the policy by behaviour cloning and save it; returns the policy folder."""
     from vla_envs.demos import load_demos
@@ -106,6 +129,16 @@ def run_sft(tc: TrainConfig) -> Path:
     print(
         f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f}"
     )
+    task_names = sorted({ep["task"] for ep in meta["episodes"]})
+    task_of_episode = np.asarray([task_names.index(ep["task"]) for ep in meta["episodes"]])
+    step_task = task_of_episode[data["episode_index"]]
+    if len(task_names) > 1:
+        for i, name in enumerate(task_names):
+            eps = [ep for ep in meta["episodes"] if ep["task"] == name]
+            print(
+                f"[sft]   {name}: {len(eps)} demos, {int((step_task == i).sum())} steps, expert success "
+                f"{np.mean([ep['success'] for ep in eps]):.2f}"
+            )
 
     if tc.runner.torch_num_threads > 0:
         torch.set_num_threads(tc.runner.torch_num_threads)
@@ -125,7 +158,7 @@ def run_sft(tc: TrainConfig) -> Path:
     losses = []
     bar = tqdm(range(tc.sft.steps), desc="sft", disable=not tc.runner.progress_bar, unit="step")
     for _ in bar:
-        idx = torch.randint(0, n, (min(tc.sft.batch_size, n),), generator=g)
+        idx = task_balanced_indices(step_task, min(tc.sft.batch_size, n), g)
         obs = {
             "images": random_shift(images[idx], tc.sft.augment_shift, g),
             "wrist_images": None,
@@ -144,6 +177,7 @@ def run_sft(tc: TrainConfig) -> Path:
         "demos": str(demo_dir),
         "num_demos": meta["num_episodes"],
         "num_steps": meta["num_steps"],
+        "num_tasks": len(task_names),
         "sft_steps": tc.sft.steps,
         "final_loss": float(np.mean(losses[-20:])) if losses else None,
         "wall_seconds": round(time.time() - t_start, 1),

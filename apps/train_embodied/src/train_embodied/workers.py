@@ -26,6 +26,7 @@ from train_embodied.seeds import rank_seed
 from train_embodied.sharding import save_unsharded, shard_policy
 from train_embodied.update import UpdateSettings, ppo_update
 from vla_envs import EnvConfig, make_env
+from vla_envs.evaluation import task_grouping
 from vla_infra import Worker, concat_values, register
 from vla_infra.offload import ModelOffloader, is_offloaded
 from vla_infra.weight_sync import (
@@ -51,16 +52,21 @@ class EnvWorker(Worker):
         rows = env_cfg.num_envs // self.world_size
         cfg = env_cfg.replace(num_envs=rows, seed=rank_seed(env_cfg.seed, self.rank))
         self.env = make_env(cfg)
+        self.env_cfg = cfg
 
     @register("one_to_all", collect="first")
     def spec(self) -> dict[str, Any]:
-        """Action dimension and range, number of tasks and of reset states."""
+        """Action dimension and range, number of tasks and of reset states, the task names (reset_state_id =
+        task index * num_trials_per_task + trial) and the grouping of the reference result table."""
+        tasks = [str(t) for t in getattr(self.env, "tasks", [])] or [str(self.env_cfg.task)]
         return {
             "action_dim": int(self.env.action_dim),
             "action_low": np.asarray(self.env.action_low),
             "action_high": np.asarray(self.env.action_high),
             "num_tasks": int(self.env.num_tasks),
             "num_reset_states": int(self.env.num_reset_states),
+            "tasks": tasks,
+            "task_grouping": task_grouping(self.env_cfg.env_type, tasks).as_dict(),
         }
 
     @register("split")

@@ -57,13 +57,13 @@ def build_counter_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list[C
     return [CounterSim(int(cfg.image_hw[0])) for _ in rows]
 
 
-def counter_spec() -> SimSpec:
+def counter_spec(tasks: tuple[str, ...] = ("count",)) -> SimSpec:
     return SimSpec(
         builder=f"{__name__}:build_counter_sims",
         action_dim=ACTION_DIM,
         action_low=np.full(ACTION_DIM, -1.0, np.float32),
         action_high=np.full(ACTION_DIM, 1.0, np.float32),
-        tasks=["count"],
+        tasks=list(tasks),
     )
 
 
@@ -72,5 +72,12 @@ def make_counter_env(cfg: EnvConfig) -> VectorEnv:
 
 
 def register() -> None:
-    """Make `env_type="fake_counter"` available to `make_env` (and so to the app's env workers)."""
+    """Make `env_type="fake_counter"` available to `make_env` (and so to the app's env workers), and its
+    three-task twin `fake_counter_3` (tasks "a", "b", "c"; reset id = task index * num_trials_per_task + trial)."""
     register_env_type(ENV_TYPE, make_counter_env, task_lister=lambda: ["count"], overwrite=True)
+    register_env_type(
+        f"{ENV_TYPE}_3",
+        lambda cfg: VectorEnv(cfg, counter_spec(("a", "b", "c"))),
+        task_lister=lambda: ["a", "b", "c"],
+        overwrite=True,
+    )

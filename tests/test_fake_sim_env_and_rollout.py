@@ -195,3 +195,38 @@ def test_rollout_collector_joins_stages_and_ranks_and_masks_finished_episodes(gr
     )
     # groups (0, 1) both succeed: no signal; group (2, 3): the success gets the positive advantage
     assert adv.advantages[0, :2].abs().max() < 1e-4 and adv.advantages[0, 2] > 0 > adv.advantages[0, 3]
+
+
+def test_env_ranks_and_stages_go_round_the_tasks_of_the_whole_batch() -> None:
+    """3 tasks over 2 pipeline stages x 2 env ranks of 1 row: rows 0-3 of the whole batch run tasks 0, 1, 2, 0
+    (each rank alone would run task 0 only, and tasks 1 and 2 would never train)."""
+    from train_embodied.workers import EnvWorker
+    from vla_infra import WorkerGroup, make_backend, resolve_placement
+
+    backend = make_backend("local")
+    placement = resolve_placement({"env": "0:0-1"}, num_nodes=1, num_gpus_per_node=0)
+    base = dict(env_type=f"{fake.ENV_TYPE}_3", task_set=["a", "b", "c"], num_envs=2, envs_per_worker=0)
+    stages = [
+        WorkerGroup(
+            EnvWorker,
+            placement["env"],
+            backend=backend,
+            name=f"env_{s}",
+            kwargs={"env_cfg": EnvConfig(**base, first_row=2 * s, image_size=8, num_trials_per_task=10)},
+        )
+        for s in range(2)
+    ]
+    try:
+        tasks = []
+        for stage in stages:
+            for seed in (0, 1):  # whatever the draw, a row keeps its task
+                obs = stage.reset(seed=seed)
+                tasks.append((obs["states"][:, 0] // 10).astype(int).tolist())
+        assert tasks == [[0, 1], [0, 1], [2, 0], [2, 0]]
+    finally:
+        for g in stages:
+            g.close()
+            g.shutdown()
+        backend.shutdown()
+    with pytest.raises(ValueError, match="first_row"):
+        EnvConfig(**base, first_row=-1)

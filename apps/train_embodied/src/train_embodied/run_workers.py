@@ -61,7 +61,9 @@ class RunWorkers:
             per_stage = tc.env_train.num_envs // stages
             for s in range(stages):
                 cfg = tc.env_train.replace(
-                    num_envs=per_stage, seed=stream_seed(tc.env_train.seed, ENV_STAGE, s)
+                    num_envs=per_stage,
+                    first_row=s * per_stage,
+                    seed=stream_seed(tc.env_train.seed, ENV_STAGE, s),
                 )
                 self.env_train.append(self._group(EnvWorker, env_pl, f"env_train_{s}", env_cfg=cfg))
         eval_cfg = tc.env_eval.replace(extra={**tc.env_eval.extra, "video_tag": "eval"})

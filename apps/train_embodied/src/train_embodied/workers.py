@@ -50,7 +50,11 @@ class EnvWorker(Worker):
 
     def __init__(self, env_cfg: EnvConfig) -> None:
         rows = env_cfg.num_envs // self.world_size
-        cfg = env_cfg.replace(num_envs=rows, seed=rank_seed(env_cfg.seed, self.rank))
+        cfg = env_cfg.replace(
+            num_envs=rows,
+            first_row=env_cfg.first_row + self.rank * rows,
+            seed=rank_seed(env_cfg.seed, self.rank),
+        )
         self.env = make_env(cfg)
         self.env_cfg = cfg
 

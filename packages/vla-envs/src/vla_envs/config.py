@@ -79,8 +79,10 @@ class EnvConfig:
             `vla_envs.list_env_types()`.
         task: A single task name (`vla_envs.list_tasks(env_type)`). Exclusive with `task_set`.
         task_set: A named set of tasks of the adapter (e.g. MetaWorld's "MT10") or a list of task names.
-            Batch row `i` runs task `tasks[i % len(tasks)]` unless `reset_state_ids` say otherwise.
+            Batch row `i` runs task `tasks[(first_row + i) % len(tasks)]` unless `reset_state_ids` say otherwise.
         num_envs: Batch size B.
+        first_row: Index of this batch's row 0 in a larger batch split over env ranks or pipeline stages, so
+            the tasks go round the whole batch (every task trains even when a rank has fewer rows than tasks).
         envs_per_worker: Envs simulated in each subprocess worker; 0 runs every env in this process (debugging).
         start_method: multiprocessing start method for workers ("forkserver" or "spawn" are safe with torch
             loaded in the parent; "fork" is fastest to start but unsafe once threads exist).
@@ -112,6 +114,7 @@ class EnvConfig:
     task: str | None = None
     task_set: str | list[str] | None = None
     num_envs: int = 1
+    first_row: int = 0
     envs_per_worker: int = 1
     start_method: str = "forkserver"
     worker_timeout_s: float = 120.0
@@ -162,6 +165,8 @@ class EnvConfig:
             _fail("task", self.task, f"give either task or task_set, not both (task_set={self.task_set!r})")
         if self.num_envs < 1:
             _fail("num_envs", self.num_envs, "must be >= 1")
+        if isinstance(self.first_row, bool) or not isinstance(self.first_row, int) or self.first_row < 0:
+            _fail("first_row", self.first_row, "an int >= 0")
         if self.envs_per_worker < 0:
             _fail("envs_per_worker", self.envs_per_worker, "must be >= 0 (0 = in-process)")
         if self.start_method not in START_METHODS:

@@ -17,14 +17,15 @@ cloudpickle = pytest.importorskip("ray.cloudpickle")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pipeline_env_workers  # noqa: E402
+import restart_workers  # noqa: E402
 from pipeline_env_workers import (  # noqa: E402
     PipeEnv,
     PipeEnvWorker,
     Probe,
-    RestartProbe,
     RowwisePolicyWorker,
     rowwise_policy,
 )
+from restart_workers import RestartProbe  # noqa: E402
 
 from vla_infra import RayBackend, WorkerGroup, resolve_placement, run_pipelined_rollout  # noqa: E402
 
@@ -53,10 +54,12 @@ def ray_node():
     )
     # Worker classes of the tests travel by value: Ray workers cannot import the tests folder.
     cloudpickle.register_pickle_by_value(pipeline_env_workers)
+    cloudpickle.register_pickle_by_value(restart_workers)
     backend = RayBackend(num_nodes=1, num_gpus_per_node=8)
     yield backend
     backend.shutdown()
     cloudpickle.unregister_pickle_by_value(pipeline_env_workers)
+    cloudpickle.unregister_pickle_by_value(restart_workers)
     ray.shutdown()
 
 

@@ -90,8 +90,8 @@ def test_killed_rollout_and_env_actors_are_replaced_and_resynced(tmp_path: Path,
 
 
 def test_run_survives_killed_rollout_and_env_actors(tmp_path: Path, no_running_ray) -> None:
-    """A full Ray run: the rollout actor is SIGKILLed once the first iteration is logged and the training env
-    actor once the second is; the run completes and logs `cluster/actor_restarts`."""
+    """A full Ray run: the rollout actor is SIGKILLed a second after the first iteration is logged and the training
+    env actor a second after the second is; the run completes and logs `cluster/actor_restarts`."""
     log_dir = tmp_path / "run"
     pid_file = log_dir / "worker_pids.json"
     killed: list[tuple[str, int]] = []
@@ -108,6 +108,9 @@ def test_run_survives_killed_rollout_and_env_actors(tmp_path: Path, no_running_r
             deadline = time.time() + 300
             while not logged(step) and time.time() < deadline:
                 time.sleep(0.02)
+            # past the next iteration's weight sync (well under a second for the tiny model): the rollout dies
+            # while it generates or idles during the update (a rollout killed inside a transfer is not covered)
+            time.sleep(1.0)
             pid = json.loads(pid_file.read_text())[group][0]
             os.kill(pid, signal.SIGKILL)
             killed.append((group, pid))

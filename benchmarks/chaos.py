@@ -2,6 +2,7 @@
 
     python benchmarks/chaos.py --iterations 40 --kills 20       # the recorded figure
     python benchmarks/chaos.py --fast                           # 4 iterations, 3 kills, no run 2 (a test)
+    python benchmarks/chaos.py --backend ray --actor-kills 4    # Ray: rollout / env actors SIGKILLed instead
 
 Three runs of the same command (`vla-train metaworld_ppo_tiny_cpu`, local backend, small CPU settings, a
 checkpoint every iteration, seed 0):
@@ -16,6 +17,11 @@ Prints the kills delivered and survived, the episodes the simulator kills trunca
 ended as truncated and counted; no other episode is lost: the env steps equal the reference's), whether run 2's and
 run 3's final metrics equal the reference's (run 3's cannot: truncated episodes change the trajectories), and the
 wall-time overhead of run 3 over run 1. Exit status 0 when every kill was survived and run 2 matches.
+
+With `--backend ray --actor-kills N` it runs the reference, then the same run with N SIGKILLs of rollout and
+training-env Ray actors (read from the run's `worker_pids.json`) at random moments after the first logged
+iteration; each is replaced and the run goes on. Exit status 0 when the run completes, every kill is counted in
+`worker_restarts` and the env steps equal the reference's.
 """
 
 from __future__ import annotations
@@ -266,6 +272,103 @@ def chaos_run(iterations: int, kills: int, root: Path, rng: random.Random, inter
     }
 
 
+def actor_pids(run_dir: Path) -> dict[str, list[int]]:
+    """Worker process ids by group from the run's `worker_pids.json` (rewritten after each restart)."""
+    try:
+        return json.loads((run_dir / "worker_pids.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def actor_chaos_run(iterations: int, kills: int, root: Path, rng: random.Random, interval: float) -> dict:
+    """Ray backend: `kills` SIGKILLs of rollout and training-env Ray actors (chosen at random) at random moments
+    once the first iteration is logged; each dead actor is replaced (`cluster.max_worker_restarts`)."""
+    runs = root / "actor_chaos"
+    log = root / "actor_chaos.log"
+    t0 = time.time()
+    cmd = [*command(iterations, runs), f"cluster.max_worker_restarts={kills}"]
+    trainer = Trainer(cmd, log)
+    state = {"delivered": 0, "stop": False, "by_group": {}}
+
+    def killer() -> None:
+        while not trained_past(runs / CONFIG, 0) and trainer.proc.poll() is None:
+            time.sleep(0.1)
+        while not state["stop"] and state["delivered"] < kills and trainer.proc.poll() is None:
+            time.sleep(rng.uniform(0.3 * interval, 1.7 * interval))
+            run_dirs = [d for d in (runs / CONFIG).glob("*") if d.is_dir()]
+            pids = actor_pids(run_dirs[0]) if run_dirs else {}
+            targets = [
+                (g, p) for g, ps in pids.items() if g == "rollout" or g.startswith("env_train") for p in ps
+            ]
+            if not targets or trainer.proc.poll() is not None:
+                continue
+            group, pid = rng.choice(targets)
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            state["delivered"] += 1
+            state["by_group"][group] = state["by_group"].get(group, 0) + 1
+            # the next kill waits for the replacement to be written: a process id is never killed twice
+            deadline = time.time() + 120
+            while time.time() < deadline and any(pid in ps for ps in actor_pids(run_dirs[0]).values()):
+                if trainer.proc.poll() is not None:
+                    return
+                time.sleep(0.1)
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    code = trainer.wait(1800)
+    state["stop"] = True
+    thread.join()
+    run_dir = next((runs / CONFIG).iterdir())
+    logged = rows(run_dir)
+    return {
+        "exit_code": code,
+        "error": "" if code == 0 else log.read_text()[-3000:],
+        "delivered": state["delivered"],
+        "by_group": state["by_group"],
+        "actor_restarts": max((r.get("cluster/actor_restarts", 0.0) for r in logged), default=0.0),
+        "lost_episodes": max((r.get("env/lost_episodes", 0.0) for r in logged), default=0.0),
+        "summary_restarts": json.loads((run_dir / "summary.json").read_text()).get("worker_restarts")
+        if code == 0
+        else None,
+        "run_dir": run_dir,
+        "wall": time.time() - t0,
+    }
+
+
+def main_actor_kills(args: argparse.Namespace, root: Path, rng: random.Random) -> int:
+    """`--actor-kills N`: an uninterrupted Ray run, then the same run with N rollout / env actor SIGKILLs."""
+    ref_dir, ref_wall = reference_run(args.iterations, root)
+    chaos = actor_chaos_run(args.iterations, args.actor_kills, root, rng, args.interval)
+    ref = metrics_by_step(ref_dir)
+    chaos_metrics = metrics_by_step(chaos["run_dir"]) if chaos["exit_code"] == 0 else {}
+    env_steps_ref = max(r.get("env/env_steps", 0.0) for r in ref.values())
+    env_steps_chaos = max((r.get("env/env_steps", 0.0) for r in chaos_metrics.values()), default=0.0)
+    survived = chaos["delivered"] if chaos["exit_code"] == 0 else 0
+    print(f"config {CONFIG}, {args.iterations} iterations, ray backend, seed {args.seed}")
+    groups = ", ".join(f"{g} {n}" for g, n in sorted(chaos["by_group"].items()))
+    print(
+        f"Ray actor kills: {chaos['delivered']} delivered ({groups or 'none'}), {survived} survived; "
+        f"run exit code {chaos['exit_code']}"
+    )
+    print(
+        f"actor restarts: {chaos['summary_restarts']} (summary.json), {chaos['actor_restarts']:.0f} logged "
+        f"(cluster/actor_restarts at the last logged iteration); episodes lost with env actors "
+        f"(env/lost_episodes): {chaos['lost_episodes']:.0f}; env steps {env_steps_chaos:.0f} vs "
+        f"{env_steps_ref:.0f} uninterrupted"
+    )
+    print(
+        f"wall time: uninterrupted {ref_wall:.1f} s, actor kills {chaos['wall']:.1f} s: overhead "
+        f"{chaos['wall'] / ref_wall - 1:+.0%}"
+    )
+    if chaos["exit_code"] != 0:
+        print(chaos["error"], file=sys.stderr)
+    restarts_ok = chaos["summary_restarts"] == chaos["delivered"]
+    return 0 if chaos["exit_code"] == 0 and restarts_ok and env_steps_chaos == env_steps_ref else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=40)
@@ -286,15 +389,26 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="4 iterations, 3 kills, no resume-only run (tests/test_e2e_train_local.py has it)",
     )
+    parser.add_argument(
+        "--actor-kills",
+        type=int,
+        default=0,
+        help="Ray backend: instead of the simulator campaign, SIGKILL this many rollout / env Ray actors at "
+        "random moments (each is replaced: cluster.max_worker_restarts) and compare with an uninterrupted run",
+    )
     parser.add_argument("--keep", help="keep the runs in this folder (default: a temporary one, removed)")
     args = parser.parse_args(argv)
     if args.fast:
         args.iterations, args.kills, args.interval = 4, 3, 1.0
+    if args.actor_kills > 0 and args.backend != "ray":
+        parser.error("--actor-kills needs --backend ray")
     BACKEND[:] = [f"cluster.backend={args.backend}"]
     rng = random.Random(args.seed)
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="vla-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
+        if args.actor_kills > 0:
+            return main_actor_kills(args, root, rng)
         ref_dir, ref_wall = reference_run(args.iterations, root)
         resume_dir = None if args.fast else resume_only_run(args.iterations, root, rng)[0]
         chaos = chaos_run(args.iterations, args.kills, root, rng, args.interval)

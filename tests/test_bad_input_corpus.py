@@ -42,6 +42,7 @@ KEY_CASES = [
     ("logger-backend", [CONFIG, "runner.logger.logger_backends=[mlflow]"], "'mlflow' is not one of"),
     ("backend", [CONFIG, "cluster.backend=slurm"], "cluster.backend='slurm' is not one of: local, ray"),
     ("placement", [CONFIG, "cluster.component_placement={env: 0-99}"], "cluster.component_placement="),
+    ("restarts", [CONFIG, "cluster.max_worker_restarts=-1"], "cluster.max_worker_restarts=-1 is invalid"),
     ("temperature", [CONFIG, "rollout.temperature=0"], "rollout.temperature=0.0 is invalid: must be > 0"),
     ("greedy-rollouts", [CONFIG, "rollout.do_sample=false"], "rollout.do_sample=False is not supported"),
     ("adam-betas", [CONFIG, "actor.optim.adam_betas=[0.9]"], "actor.optim.adam_betas=[0.9] is invalid"),

@@ -4,6 +4,7 @@ each process on its GPU, dispatch works across actors, RayChannel moves data, to
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -16,7 +17,15 @@ cloudpickle = pytest.importorskip("ray.cloudpickle")
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pipeline_env_workers  # noqa: E402
-from pipeline_env_workers import PipeEnv, PipeEnvWorker, Probe, RowwisePolicyWorker, rowwise_policy  # noqa: E402
+import restart_workers  # noqa: E402
+from pipeline_env_workers import (  # noqa: E402
+    PipeEnv,
+    PipeEnvWorker,
+    Probe,
+    RowwisePolicyWorker,
+    rowwise_policy,
+)
+from restart_workers import RestartProbe  # noqa: E402
 
 from vla_infra import RayBackend, WorkerGroup, resolve_placement, run_pipelined_rollout  # noqa: E402
 
@@ -45,10 +54,12 @@ def ray_node():
     )
     # Worker classes of the tests travel by value: Ray workers cannot import the tests folder.
     cloudpickle.register_pickle_by_value(pipeline_env_workers)
+    cloudpickle.register_pickle_by_value(restart_workers)
     backend = RayBackend(num_nodes=1, num_gpus_per_node=8)
     yield backend
     backend.shutdown()
     cloudpickle.unregister_pickle_by_value(pipeline_env_workers)
+    cloudpickle.unregister_pickle_by_value(restart_workers)
     ray.shutdown()
 
 
@@ -150,3 +161,53 @@ def test_pipelined_rollout_over_ray_groups(ray_node):
     finally:
         ref_env.close()
     np.testing.assert_array_equal(got, np.stack(ref))
+
+
+def _kill_process(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
+def test_dead_actor_is_restarted_with_replayed_state_then_lost(ray_node):
+    """A Ray actor killed between calls (its process SIGKILLed, or ray.kill) is replaced on the next call: the
+    last call of each replayed method runs again in the order they were made, then on_restart, then recover,
+    then the failed call; one death more than max_restarts raises WorkerLost."""
+    from ray.exceptions import RayActorError
+
+    from vla_infra import WorkerLost
+
+    cpu = RayBackend(num_nodes=1, num_gpus_per_node=0)
+    group = WorkerGroup(RestartProbe, 2, backend=cpu, name="probe", kwargs={"start": 10.0}, max_restarts=1)
+    seen = []
+    group.on_restart = lambda rank: seen.append((rank, group.execute_rank(rank, "state")))
+    try:
+        group.set_value(5.0)
+        group.scale(3.0)
+        group.set_value(7.0)
+        group.scale(2.0)  # replayed: set_value(7) then scale(2) = 14 (the other order would give 7)
+        assert group.add(0.5) == [14.5, 14.5]  # add is not replayed
+        before = group.state()
+        _kill_process(before[1]["pid"])
+        assert group.add(1.0) == [15.5, 15.0]  # rank 1: replayed 14, then the retried add
+        assert group.restarts == [0, 1] and group.num_restarts == 1
+        assert [rank for rank, _ in seen] == [1]
+        assert seen[0][1]["value"] == 14.0 and not seen[0][1]["recovered"]  # on_restart runs before recover
+        after = group.state()
+        assert after[1]["recovered"] and not after[0]["recovered"]
+        assert after[1]["pid"] != before[1]["pid"] and after[0]["pid"] == before[0]["pid"]
+        # the asynchronous path (submit) restarts too
+        ray.kill(group.handles[0].actor)
+        assert group.add.submit(1.0).result(timeout=120) == [15.0, 16.0]
+        assert group.restarts == [1, 1]
+        # a call that must not restart raises the backend's error and uses no restart
+        ray.kill(group.handles[1].actor)
+        with pytest.raises(RayActorError):
+            group.finish()
+        # one more death than max_restarts: the run ends, naming the group, the rank and the last error
+        with pytest.raises(
+            WorkerLost, match=r"'probe' lost rank 1.*1 restart.*max_restarts=1.*ActorDiedError"
+        ) as lost:
+            group.add(1.0)
+        assert (lost.value.group, lost.value.rank, lost.value.restarts) == ("probe", 1, 1)
+        assert group.restarts == [1, 1]
+    finally:
+        group.shutdown()

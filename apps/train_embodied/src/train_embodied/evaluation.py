@@ -57,7 +57,8 @@ def evaluate(
         for _ in range(max_decisions):
             out = rollout.predict(obs, mode=mode, weight_version=weight_version)
             res = env.chunk_step(out["actions"].numpy())
-            rows = np.flatnonzero(np.asarray(res["final_mask"]) & ~done)
+            # a lost episode (dead env worker process) starts again from its held-out start: not counted yet
+            rows = np.flatnonzero(np.asarray(res["final_mask"]) & ~np.asarray(res["lost_mask"]) & ~done)
             for key in metrics:
                 metrics[key][rows] = np.asarray(res["episode_metrics"][key])[rows]
             done[rows] = True

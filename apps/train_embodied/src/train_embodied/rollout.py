@@ -122,6 +122,8 @@ def collect_rollout(
             if len(trunc_rows):
                 v_final = rollout.values(select_obs_rows(step["final_obs"], trunc_rows))
                 step["final_values"][torch.as_tensor(trunc_rows)] = v_final.float()
+        # an episode lost with a dead env worker process restarts from its reset: not a finished episode
+        final_mask = final_mask & ~step["lost_mask"]
         if final_mask.any():
             rows = np.flatnonzero(final_mask)
             for key in episodes:
@@ -158,6 +160,7 @@ def _merge_step(
         "terminated": cat("terminated"),
         "truncated": cat("truncated"),
         "final_mask": cat("final_mask"),
+        "lost_mask": cat("lost_mask"),
         "final_obs": _concat_obs([r["final_obs"] for r in results]),
         "episode_metrics": {
             k: np.concatenate([np.asarray(r["episode_metrics"][k]) for r in results])

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import warnings
+from pathlib import Path
 from typing import Any
 
 from train_embodied.config.build import TrainConfig
@@ -18,8 +21,6 @@ def start_ray(address: str | None) -> bool:
     Returns:
         True if this call started Ray (the run shuts it down at the end).
     """
-    import os
-
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # with the ip below: loopback only
     import ray
 
@@ -39,9 +40,11 @@ class RunWorkers:
     Args:
         tc: The run's config.
         need_train: Build the training envs and the actor (False for `only_eval`).
+        pid_file: If given, a JSON file of every worker's process id by group (`worker_pids()`), written at start
+            and again after a worker was replaced (which process is which, for an operator or a fault test).
     """
 
-    def __init__(self, tc: TrainConfig, *, need_train: bool = True) -> None:
+    def __init__(self, tc: TrainConfig, *, need_train: bool = True, pid_file: Path | None = None) -> None:
         cluster = tc.cluster
         self.placement = resolve_placement(
             dict(cluster.component_placement),
@@ -53,6 +56,8 @@ class RunWorkers:
         self.backend = make_backend(
             cluster.backend, num_nodes=cluster.num_nodes, num_gpus_per_node=cluster.num_gpus_per_node
         )
+        # a dead env or rollout Ray actor is replaced (the local backend runs every worker in this process)
+        self.max_restarts = cluster.max_worker_restarts if cluster.backend == "ray" else 0
         self.groups: list[WorkerGroup] = []
         env_pl = self.placement["env"]
         stages = tc.rollout.pipeline_stage_num
@@ -65,15 +70,18 @@ class RunWorkers:
                     first_row=s * per_stage,
                     seed=stream_seed(tc.env_train.seed, ENV_STAGE, s),
                 )
-                self.env_train.append(self._group(EnvWorker, env_pl, f"env_train_{s}", env_cfg=cfg))
+                self.env_train.append(
+                    self._group(EnvWorker, env_pl, f"env_train_{s}", self.max_restarts, env_cfg=cfg)
+                )
         eval_cfg = tc.env_eval.replace(extra={**tc.env_eval.extra, "video_tag": "eval"})
-        self.env_eval = self._group(EnvWorker, env_pl, "env_eval", env_cfg=eval_cfg)
+        self.env_eval = self._group(EnvWorker, env_pl, "env_eval", self.max_restarts, env_cfg=eval_cfg)
         self.env_spec: dict[str, Any] = self.env_eval.spec()
         self.train_spec: dict[str, Any] = self.env_train[0].spec() if self.env_train else self.env_spec
         self.rollout = self._group(
             RolloutWorker,
             self.placement["rollout"],
             "rollout",
+            self.max_restarts,
             model=tc.actor.model,
             env_spec=self.env_spec,
             sampling=tc.rollout,
@@ -86,6 +94,7 @@ class RunWorkers:
                 ActorWorker,
                 self.placement["actor"],
                 "actor",
+                0,  # the optimizer state and the FSDP group of a dead actor cannot be rebuilt in place
                 model=tc.actor.model,
                 env_spec=self.env_spec,
                 optim=tc.actor.optim,
@@ -100,13 +109,20 @@ class RunWorkers:
 
         self.weight_version: int | None = None  # the version last synced to the rollout (None: never)
         self._peer_group_ready = False
+        self.pid_file = pid_file
+        for group in [*self.env_train, self.env_eval]:
+            group.on_restart = self._after_restart
+        self.rollout.on_restart = self._after_rollout_restart
+        self.write_pids()
 
     def sync_weights(self, version: int) -> dict[str, int] | None:
         """Actor -> rollout weight sync as version `version`.
 
         Local backend: one process, the rollout copies the actor's tensors. Ray backend: the actor's rank 0
         broadcasts straight to the rollout ranks over a peer group (gloo on the CPU, NCCL when every member
-        has a GPU); the driver only tells both sides the version, so no weight passes through it.
+        has a GPU); the driver only tells both sides the version, so no weight passes through it. A rollout
+        rank that died before or during the sync is replaced (`cluster.max_worker_restarts`) and the sync runs
+        again over a new peer group.
 
         Returns:
             Ray backend: the `tensors` and `bytes` rollout rank 0 received; local backend: None.
@@ -120,19 +136,63 @@ class RunWorkers:
         if self.backend_name == "local":
             self.rollout.load_weights(self.actor.state_dict(), version)
         else:
-            if not self._peer_group_ready:
-                self.connect_weight_sync()
-            sent = self.actor.send_weights.submit(version)
-            receiving = self.rollout.receive_weights.submit(version)
-            try:
-                sent.result()
-                received = receiving.result()
-            except Exception:
-                # the sender dropped its end of the group, so receivers still waiting fail fast; rebuild next time
-                self._peer_group_ready = False
-                raise
+            for attempt in range(1 + self.max_restarts):
+                restarts = self.rollout.num_restarts
+                self.rollout.weight_version.submit().result()  # a dead rank is replaced (and re-synced) here
+                try:
+                    received = self._send_weights(version)
+                    break
+                except Exception:
+                    self.rollout.weight_version.submit().result()  # was it a rollout rank that died?
+                    if self.rollout.num_restarts == restarts or attempt == self.max_restarts:
+                        raise
         self.weight_version = version
         return received
+
+    def _send_weights(self, version: int) -> dict[str, int]:
+        """Send the actor's weights as `version` over the peer group (built first if needed)."""
+        assert self.actor is not None
+        if not self._peer_group_ready:
+            self.connect_weight_sync()
+        sent = self.actor.send_weights.submit(version)
+        receiving = self.rollout.receive_weights.submit(version)
+        try:
+            sent.result()
+            return receiving.result()
+        except Exception:
+            # the sender dropped its end of the group, so receivers still waiting fail fast; rebuild next time
+            self._peer_group_ready = False
+            raise
+
+    def resync_rollout(self, rank: int) -> None:
+        """`on_restart` of the rollout group: rollout rank `rank` is a new process with its own initial weights
+        and no place in the peer group. Rebuild the group and send the current version again (to every rank:
+        the group's first send is a full one), so the rank generates with the actor's weights, bit for bit."""
+        if self.actor is None or self.backend_name == "local":
+            return  # local: the replayed `load_weights` restored it; evaluation only: built from the model path
+        self._peer_group_ready = False
+        if self.weight_version is not None:
+            self._send_weights(self.weight_version)
+
+    def _after_restart(self, rank: int) -> None:
+        self.write_pids()
+
+    def _after_rollout_restart(self, rank: int) -> None:
+        self.resync_rollout(rank)
+        self.write_pids()
+
+    def write_pids(self) -> None:
+        """Write `worker_pids()` to `pid_file` (atomically; nothing without a `pid_file`)."""
+        if self.pid_file is None:
+            return
+        tmp = self.pid_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.worker_pids()))
+        os.replace(tmp, self.pid_file)
+
+    @property
+    def worker_restarts(self) -> int:
+        """Worker processes replaced after they died, over every group of the run (`cluster/actor_restarts`)."""
+        return sum(g.num_restarts for g in self.groups)
 
     def connect_weight_sync(self) -> None:
         """(Re)build the actor -> rollout peer group: every member joins at once; the next sync is a full one.
@@ -151,8 +211,10 @@ class RunWorkers:
             j.result()
         self._peer_group_ready = True
 
-    def _group(self, cls: type, placements: Any, name: str, **kwargs: Any) -> WorkerGroup:
-        group = WorkerGroup(cls, placements, backend=self.backend, name=name, kwargs=kwargs)
+    def _group(self, cls: type, placements: Any, name: str, max_restarts: int, **kwargs: Any) -> WorkerGroup:
+        group = WorkerGroup(
+            cls, placements, backend=self.backend, name=name, kwargs=kwargs, max_restarts=max_restarts
+        )
         self.groups.append(group)
         return group
 

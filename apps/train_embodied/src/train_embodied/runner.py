@@ -204,7 +204,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         "eval_tables": {},  # when ("before_rl", "after_rl", "eval") -> decoding mode -> evaluation_table
     }
 
-    with RunWorkers(tc, need_train=not runner.only_eval) as w:
+    with RunWorkers(tc, need_train=not runner.only_eval, pid_file=log_dir / "worker_pids.json") as w:
         print(f"[setup] {tc.cluster.backend} workers ready in {time.time() - wall0:.1f}s; log dir {log_dir}")
         summary["backend"] = tc.cluster.backend
         summary["worker_pids"] = w.worker_pids()
@@ -319,6 +319,9 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             timings["time/step"] = time.time() - t_epoch
             metrics = {**train_metrics, **adv.stats, **env_metrics(batch), **env_fault_metrics(w), **timings}
             metrics["env/env_steps"] = float(state["env_steps"])
+            metrics["cluster/actor_restarts"] = float(
+                w.worker_restarts
+            )  # dead env / rollout Ray actors replaced
             logger.log(metrics, step=epoch + 1)
             state["history"].append(
                 {
@@ -353,6 +356,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             if state["history"]:
                 state["history"][-1].update({k: v for k, v in after.items() if k.startswith("eval/success")})
             summary.update(_eval_summary(after, "after_rl"))
+        summary["worker_restarts"] = w.worker_restarts
         return _finish(summary, logger, log_dir, wall0, tc, state)
 
 

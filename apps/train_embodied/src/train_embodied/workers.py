@@ -25,7 +25,7 @@ from train_embodied.policy_io import build_optimizer, build_policy_for_run, poli
 from train_embodied.seeds import rank_seed
 from train_embodied.sharding import save_unsharded, shard_policy
 from train_embodied.update import UpdateSettings, ppo_update
-from vla_envs import EnvConfig, make_env
+from vla_envs import EnvConfig, empty_episode_metrics, make_env
 from vla_envs.evaluation import task_grouping
 from vla_infra import Worker, concat_values, register
 from vla_infra.offload import ModelOffloader, is_offloaded
@@ -57,6 +57,9 @@ class EnvWorker(Worker):
         )
         self.env = make_env(cfg)
         self.env_cfg = cfg
+        self._obs: dict[str, Any] | None = None  # the observation the next step acts on
+        self._boundary_pending = False  # a replacement of a dead worker: report the lost episodes first
+        self._lost_episodes = 0  # episodes that were in flight on a dead worker process
 
     @register("one_to_all", collect="first")
     def spec(self) -> dict[str, Any]:
@@ -73,16 +76,31 @@ class EnvWorker(Worker):
             "task_grouping": task_grouping(self.env_cfg.env_type, tasks).as_dict(),
         }
 
-    @register("split")
+    @register("split", replay=True)
     def reset(self, reset_state_ids: np.ndarray | None = None, seed: int | None = None) -> dict[str, Any]:
         """Reset this rank's rows: `reset_state_ids` int [B] (split across ranks) or a seeded draw."""
         seed = None if seed is None else rank_seed(seed, self.rank)
-        return self.env.reset(seed=seed, reset_state_ids=reset_state_ids)
+        self._obs = self.env.reset(seed=seed, reset_state_ids=reset_state_ids)
+        self._boundary_pending = False  # new episodes: nothing in flight is lost
+        return self._obs
+
+    def recover(self) -> None:
+        """This worker replaces one whose process died (its group replayed the last `reset`): the episodes that
+        were in flight there are gone, so the next `chunk_step` reports them as ended instead of stepping."""
+        self._boundary_pending = True
 
     @register("split")
     def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
-        """Step actions [B, C, A] (split across ranks); returns the StepResult fields as a dict."""
+        """Step actions [B, C, A] (split across ranks); returns the StepResult fields as a dict.
+
+        `lost_mask` bool [B] marks rows whose episode was lost with a dead worker process: on a replacement's
+        first step every row ends as truncated at chunk position 0 (no reward; `final_obs` is the replacement's
+        start observation, as the last one died with the process) and starts again from the last reset. Those
+        episodes are counted in `fault_stats()["lost_episodes"]`, not in the episode metrics."""
+        if self._boundary_pending:
+            return self._lost_boundary(int(actions.shape[1]))
         res = self.env.chunk_step(actions)
+        self._obs = res.obs
         return {
             "obs": res.obs,
             "rewards": res.rewards,
@@ -91,14 +109,36 @@ class EnvWorker(Worker):
             "final_obs": res.final_obs,
             "final_mask": res.final_mask,
             "episode_metrics": res.episode_metrics,
+            "lost_mask": np.zeros(len(res.final_mask), dtype=bool),
+        }
+
+    def _lost_boundary(self, chunk: int) -> dict[str, Any]:
+        assert self._obs is not None, "a replaced env worker steps only after a replayed reset"
+        self._boundary_pending = False
+        n = len(self._obs["task_descriptions"])
+        self._lost_episodes += n
+        truncated = np.zeros((n, chunk), dtype=bool)
+        truncated[:, 0] = True
+        return {
+            "obs": self._obs,
+            "rewards": np.zeros((n, chunk), dtype=np.float32),
+            "terminated": np.zeros((n, chunk), dtype=bool),
+            "truncated": truncated,
+            "final_obs": self._obs,
+            "final_mask": np.ones(n, dtype=bool),
+            "episode_metrics": empty_episode_metrics(n),
+            "lost_mask": np.ones(n, dtype=bool),
         }
 
     @register("one_to_all", collect="list")
     def fault_stats(self) -> dict[str, float]:
-        """This rank's simulator restarts, episodes lost to crashes and restart seconds so far."""
-        return self.env.fault_stats()
+        """This rank's simulator restarts, episodes lost to crashes (of a simulator or of this worker's previous
+        process) and restart seconds so far (counters of a dead worker process died with it)."""
+        stats = dict(self.env.fault_stats())
+        stats["lost_episodes"] = stats.get("lost_episodes", 0.0) + float(self._lost_episodes)
+        return stats
 
-    @register("one_to_all", collect="none")
+    @register("one_to_all", collect="none", restart=False)
     def close(self) -> None:
         """Stop the simulators."""
         self.env.close()
@@ -146,7 +186,7 @@ class RolloutWorker(Worker):
         """Whether the policy is offloaded now (`rollout.enable_offload`)."""
         return {"model": is_offloaded(self.policy)}
 
-    @register("one_to_all", collect="none")
+    @register("one_to_all", collect="none", replay=True)
     def seed(self, seed: int) -> None:
         """Re-seed the sampling RNG (each epoch: a resumed run samples exactly as an uninterrupted one)."""
         torch.manual_seed(rank_seed(seed, self.rank))
@@ -190,7 +230,7 @@ class RolloutWorker(Worker):
         self.offloader.reload()
         return policy_values(self.policy, select_proprio(obs, self.model_section)).float().cpu()
 
-    @register("one_to_all", collect="none")
+    @register("one_to_all", collect="none", replay=True)
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Weight sync in one process (local backend): copy the actor's parameters into the rollout policy."""
         self.offloader.reload()
@@ -205,10 +245,13 @@ class RolloutWorker(Worker):
         restart (a new group on a new port)."""
         peers = PeerGroup(host, port, rank=1 + self.rank, world_size=world_size, backend=backend)
         self._weight_transport = TorchDistributedTransport(peers=peers)
+        # a new group starts with a full send, also of the version this rank holds already (the resync of a
+        # replaced rollout rank resends the current version to every rank)
         self._weight_receiver = WeightReceiver(self.policy)
-        self._weight_receiver.version = max(self.version, 0)
 
-    @register("one_to_all", collect="first")
+    # not replayed on a replacement (its group re-syncs it: `RunWorkers.resync_rollout`), and not retried on one:
+    # the sender's group it waits in is gone, so the driver syncs again from the start
+    @register("one_to_all", collect="first", restart=False)
     def receive_weights(self, version: int) -> dict[str, int]:
         """Weight sync across processes: receive version `version` from the actor (the driver only says which).
 

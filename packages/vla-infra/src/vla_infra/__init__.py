@@ -25,6 +25,7 @@ _EXPORTS: dict[str, str] = {
     "concat_values": "vla_infra.workers.dispatch",
     "WorkerGroup": "vla_infra.workers.group",
     "GroupFuture": "vla_infra.workers.group",
+    "WorkerLost": "vla_infra.workers.group",
     "wait_all": "vla_infra.workers.group",
     "Backend": "vla_infra.workers.backend",
     "LocalBackend": "vla_infra.workers.local_backend",

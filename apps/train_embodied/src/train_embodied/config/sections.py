@@ -107,13 +107,15 @@ class RunnerSection:
 
 @dataclass
 class ClusterSection:
-    """`cluster`: nodes, GPUs per node, backend and `component_placement` strings."""
+    """`cluster`: nodes, GPUs per node, backend and `component_placement` strings; `max_worker_restarts`: how
+    many times each env or rollout Ray actor is replaced after it died before the run ends (the Ray backend)."""
 
     num_nodes: int = 1
     num_gpus_per_node: int = 0
     backend: str = "local"
     ray_address: str | None = None
     component_placement: dict[str, Any] = field(default_factory=dict)
+    max_worker_restarts: int = 3
 
     def __post_init__(self) -> None:
         if not self.component_placement:  # empty: every component on every slot
@@ -122,6 +124,7 @@ class ClusterSection:
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.num_nodes", self.num_nodes, 1)
         errors += at_least(f"{prefix}.num_gpus_per_node", self.num_gpus_per_node, 0)
+        errors += at_least(f"{prefix}.max_worker_restarts", self.max_worker_restarts, 0)
         errors += one_of(f"{prefix}.backend", self.backend, BACKENDS)
         if self.backend == "local" and self.num_nodes > 1:
             errors.append(

@@ -9,7 +9,7 @@ from vla_infra.workers.dispatch import (
     split_value,
 )
 from vla_infra.workers.factory import BACKENDS, make_backend
-from vla_infra.workers.group import GroupFuture, GroupMethod, WorkerGroup, wait_all
+from vla_infra.workers.group import GroupFuture, GroupMethod, WorkerGroup, WorkerLost, wait_all
 from vla_infra.workers.local_backend import LocalBackend
 from vla_infra.workers.worker import Worker, WorkerInfo
 
@@ -35,6 +35,7 @@ __all__ = [
     "WorkerGroup",
     "WorkerHandle",
     "WorkerInfo",
+    "WorkerLost",
     "concat_values",
     "make_backend",
     "register",

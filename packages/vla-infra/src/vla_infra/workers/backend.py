@@ -58,5 +58,26 @@ class Backend(ABC):
     def create_channel(self, *, maxsize: int = 0, name: str | None = None) -> Channel:
         """A :class:`~vla_infra.channel.Channel` that every worker of this backend can use."""
 
+    def worker_died(self, exc: BaseException) -> bool:
+        """True if ``exc``, raised by a call, means the worker's process is gone (not an error of the call)."""
+        return False
+
+    def relaunch(
+        self,
+        handle: WorkerHandle,
+        worker_cls: type[Worker],
+        placement: ProcessPlacement,
+        *,
+        args: tuple,
+        kwargs: dict,
+    ) -> WorkerHandle:
+        """Start a replacement of the dead worker ``handle`` on the same placement, with the same rank, rendezvous
+        address and constructor arguments, and return its handle.
+
+        Raises:
+            NotImplementedError: the backend cannot lose a worker on its own (all workers in this process).
+        """
+        raise NotImplementedError(f"backend {self.name!r} does not restart workers")
+
     def shutdown(self) -> None:  # noqa: B027 - optional hook
         """Release backend-wide resources (Ray placement groups, ...)."""

@@ -184,7 +184,11 @@ def collect_outputs(mode: str | Callable[[list[Any]], Any], outputs: list[Any]) 
 
 
 def register(
-    dispatch: str = "one_to_all", *, collect: str | Callable[[list[Any]], Any] | None = None
+    dispatch: str = "one_to_all",
+    *,
+    collect: str | Callable[[list[Any]], Any] | None = None,
+    replay: bool = False,
+    restart: bool = True,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare how a :class:`~vla_infra.workers.Worker` method is called by its group.
 
@@ -192,6 +196,11 @@ def register(
         dispatch: One of :data:`DISPATCH_MODES`.
         collect: One of :data:`COLLECT_MODES`, or a function joining the per-rank outputs (in rank order);
             defaults to :data:`DEFAULT_COLLECT` of ``dispatch``.
+        replay: The method sets state a replacement worker needs (a seed, loaded weights, an env reset): a
+            group with ``max_restarts > 0`` remembers the last successful call of it per rank and replays it
+            on a worker it restarts, in the order the calls were made.
+        restart: False for calls that must not bring a dead worker back (``close``): they raise the
+            backend's error instead.
 
     Returns:
         A decorator that tags the method (the method itself is unchanged when called directly).
@@ -206,6 +215,7 @@ def register(
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__vla_dispatch__ = (dispatch, collect)  # type: ignore[attr-defined]
+        fn.__vla_restart__ = (replay, restart)  # type: ignore[attr-defined]
         return fn
 
     return decorate
@@ -214,3 +224,8 @@ def register(
 def method_dispatch(fn: Any) -> tuple[str, str | Callable[[list[Any]], Any]]:
     """The ``(dispatch, collect)`` pair of a worker method (``one_to_all``/``list`` if undecorated)."""
     return getattr(fn, "__vla_dispatch__", ("one_to_all", "list"))
+
+
+def method_restart(fn: Any) -> tuple[bool, bool]:
+    """The ``(replay, restart)`` pair of a worker method (``False``/``True`` if undecorated)."""
+    return getattr(fn, "__vla_restart__", (False, True))

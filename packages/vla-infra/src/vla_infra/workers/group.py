@@ -2,25 +2,68 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from vla_infra.placement import ProcessPlacement
 from vla_infra.workers.backend import Backend, ResultFuture, WorkerHandle
-from vla_infra.workers.dispatch import collect_outputs, dispatch_args, method_dispatch
+from vla_infra.workers.dispatch import collect_outputs, dispatch_args, method_dispatch, method_restart
 from vla_infra.workers.worker import Worker
+
+logger = logging.getLogger(__name__)
+
+
+class WorkerLost(RuntimeError):
+    """A worker of a group died and may not be restarted again (its ``max_restarts`` are used up).
+
+    Attributes:
+        group, rank: The worker that was lost.
+        restarts: How many times that rank was restarted before (its ``max_restarts``).
+        last_error: The error of the call that found it dead.
+    """
+
+    def __init__(self, group: str, rank: int, restarts: int, last_error: BaseException) -> None:
+        self.group, self.rank, self.restarts, self.last_error = group, rank, restarts, last_error
+        last = [line.strip() for line in str(last_error).strip().splitlines() if line.strip()]
+        super().__init__(
+            f"worker group {group!r} lost rank {rank}: its process died with {restarts} restart(s) done, "
+            f"max_restarts={restarts}; last error: {type(last_error).__name__}: {last[0] if last else ''}"
+        )
+
+
+class _RankCall:
+    """One call on one rank: its future, and what is needed to run it again on a replacement worker."""
+
+    def __init__(self, group: WorkerGroup, rank: int, method: str, args: tuple, kwargs: dict) -> None:
+        self.group, self.rank, self.method, self.args, self.kwargs = group, rank, method, args, kwargs
+        self.generation = group._generation[rank]  # the incarnation of the worker that got the call
+        self.future: ResultFuture = group.handles[rank].submit(method, args, kwargs)
+
+    def result(self, timeout: float | None = None) -> Any:
+        try:
+            out = self.future.result(timeout)
+        except Exception as exc:
+            return self.group._after_failure(
+                self.rank, self.generation, self.method, self.args, self.kwargs, exc, timeout
+            )
+        self.group._record(self.rank, self.method, self.args, self.kwargs)
+        return out
 
 
 class GroupFuture:
     """The pending, gathered result of one call on a worker group."""
 
-    def __init__(self, futures: list[ResultFuture], collect: str | Callable[[list[Any]], Any]) -> None:
-        self._futures = futures
+    def __init__(self, calls: list[_RankCall], collect: str | Callable[[list[Any]], Any]) -> None:
+        self._calls = calls
         self._collect = collect
 
     def result(self, timeout: float | None = None) -> Any:
-        """Wait for every rank and return the gathered output (raises the first rank's error)."""
-        return collect_outputs(self._collect, [f.result(timeout) for f in self._futures])
+        """Wait for every rank and return the gathered output (raises the first rank's error).
+
+        A rank whose worker died is restarted and the call retried there (``WorkerGroup(max_restarts=...)``)."""
+        return collect_outputs(self._collect, [c.result(timeout) for c in self._calls])
 
     wait = result
 
@@ -38,20 +81,18 @@ class GroupMethod:
 
     def submit(self, *args: Any, **kwargs: Any) -> GroupFuture:
         """Start the call on every rank (split as the method's dispatch mode says); do not wait."""
-        handles = self._group.handles
-        calls = dispatch_args(self.dispatch, len(handles), args, kwargs)
-        futures = [handles[rank].submit(self._method, a, kw) for rank, a, kw in calls]
-        return GroupFuture(futures, self.collect)
+        calls = dispatch_args(self.dispatch, self._group.world_size, args, kwargs)
+        return GroupFuture(
+            [_RankCall(self._group, r, self._method, a, kw) for r, a, kw in calls], self.collect
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the call on every rank and return the gathered output."""
-        handles = self._group.handles
-        calls = dispatch_args(self.dispatch, len(handles), args, kwargs)
+        calls = dispatch_args(self.dispatch, self._group.world_size, args, kwargs)
         if len(calls) == 1:  # a single rank runs: no need to go through futures
             rank, a, kw = calls[0]
-            return collect_outputs(self.collect, [handles[rank].call(self._method, a, kw)])
-        futures = [handles[rank].submit(self._method, a, kw) for rank, a, kw in calls]
-        return collect_outputs(self.collect, [f.result() for f in futures])
+            return collect_outputs(self.collect, [self._group._call(rank, self._method, a, kw)])
+        return self.submit(*args, **kwargs).result()
 
 
 def _cpu_placements(group: str, n: int) -> list[ProcessPlacement]:
@@ -90,6 +131,19 @@ class WorkerGroup:
         name: Group name (default: the placements' component, else the class name).
         args: Positional arguments of ``worker_cls.__init__`` (same for every rank).
         kwargs: Keyword arguments of ``worker_cls.__init__`` (same for every rank).
+        max_restarts: How many times each rank's worker may be replaced after it died (a backend that can lose
+            a worker: Ray). A call that finds its worker dead (``RayActorError``) gets a new worker on the same
+            placement with the same arguments; the group replays the last successful call of every method
+            registered with ``replay=True`` (in the order they were made), runs :attr:`on_restart` with the
+            rank, calls the worker's :meth:`~vla_infra.workers.Worker.recover`, then runs the failed call again.
+            One more death than ``max_restarts`` raises :class:`WorkerLost`. Methods registered with
+            ``restart=False`` (``close``) never restart a worker. 0 (default): a dead worker raises
+            :class:`WorkerLost` at once.
+
+    Attributes:
+        on_restart: Optional ``callable(rank)`` run after a rank's worker was replaced and its replayed calls
+            ran (the owner re-syncs what the group cannot replay, e.g. weights over a peer group).
+        restarts: Restarts so far, per rank.
     """
 
     def __init__(
@@ -101,7 +155,10 @@ class WorkerGroup:
         name: str | None = None,
         args: tuple = (),
         kwargs: dict[str, Any] | None = None,
+        max_restarts: int = 0,
     ) -> None:
+        if max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
         if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
             raise TypeError(f"worker_cls must be a subclass of vla_infra.Worker, got {worker_cls!r}")
         if isinstance(placements, int):
@@ -121,8 +178,16 @@ class WorkerGroup:
         self.placements = placements
         self.backend = backend
         self.name = name or placements[0].component or worker_cls.__name__
+        self._args, self._kwargs = tuple(args), dict(kwargs or {})
+        self.max_restarts = max_restarts
+        self.on_restart: Callable[[int], None] | None = None
+        self.restarts = [0] * len(placements)
+        self._generation = [0] * len(placements)
+        # per rank: method -> (args, kwargs) of its last successful replayed call, oldest first
+        self._replay: list[dict[str, tuple[tuple, dict]]] = [{} for _ in placements]
+        self._restart_lock = threading.RLock()  # on_restart may call the group again (re-entrant)
         self.handles: list[WorkerHandle] = backend.launch(
-            worker_cls, placements, group=self.name, args=tuple(args), kwargs=dict(kwargs or {})
+            worker_cls, placements, group=self.name, args=self._args, kwargs=self._kwargs
         )
 
     @property
@@ -139,13 +204,98 @@ class WorkerGroup:
         return GroupMethod(self, name, dispatch, collect)
 
     def __getattr__(self, name: str) -> GroupMethod:
-        if name.startswith("_") or name in ("worker_cls", "handles", "placements", "backend", "name"):
+        if name.startswith("_") or name in (
+            "worker_cls", "handles", "placements", "backend", "name", "max_restarts", "on_restart", "restarts"
+        ):  # fmt: skip
             raise AttributeError(name)
         return self.method(name)
 
     def execute_rank(self, rank: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """Run ``method`` on one rank only and return its output."""
-        return self.handles[rank].call(method, args, kwargs)
+        return self._call(rank, method, args, kwargs)
+
+    @property
+    def num_restarts(self) -> int:
+        """Worker restarts so far, over every rank."""
+        return sum(self.restarts)
+
+    # ------------------------------------------------------------------ restarts
+    def _call(self, rank: int, method: str, args: tuple, kwargs: dict) -> Any:
+        """Run one call on one rank and wait (inline on an idle local worker)."""
+        generation = self._generation[rank]
+        try:
+            out = self.handles[rank].call(method, args, kwargs)
+        except Exception as exc:
+            return self._after_failure(rank, generation, method, args, kwargs, exc, None)
+        self._record(rank, method, args, kwargs)
+        return out
+
+    def _flags(self, method: str) -> tuple[bool, bool]:
+        fn = getattr(self.worker_cls, method, None)
+        return method_restart(fn) if fn is not None else (False, True)
+
+    def _record(self, rank: int, method: str, args: tuple, kwargs: dict) -> None:
+        """Remember a successful call of a replayed method (only when the group may restart workers)."""
+        if self.max_restarts == 0 or not self._flags(method)[0]:
+            return
+        calls = self._replay[rank]
+        calls.pop(method, None)  # the last call of each method, in the order of those last calls
+        calls[method] = (args, kwargs)
+
+    def _after_failure(
+        self,
+        rank: int,
+        generation: int,
+        method: str,
+        args: tuple,
+        kwargs: dict,
+        exc: Exception,
+        timeout: float | None,
+    ) -> Any:
+        """A call of ``method`` on the ``generation``-th worker of ``rank`` raised ``exc``: if that worker died,
+        replace it (unless a call that failed before already did) and run the call again on the new one."""
+        if not self.backend.worker_died(exc) or not self._flags(method)[1]:
+            raise exc
+        with self._restart_lock:
+            if self._generation[rank] == generation:
+                self._restart(rank, exc)
+            retry = _RankCall(self, rank, method, args, kwargs)
+        return retry.result(timeout)
+
+    def _restart(self, rank: int, exc: BaseException) -> None:
+        """Replace rank ``rank``'s dead worker, replay its state, run ``on_restart`` and ``recover``.
+
+        Raises:
+            WorkerLost: the rank has used up its ``max_restarts``.
+        """
+        while True:
+            if self.restarts[rank] >= self.max_restarts:
+                raise WorkerLost(self.name, rank, self.restarts[rank], exc) from exc
+            self.restarts[rank] += 1
+            self._generation[rank] += 1
+            logger.warning(
+                "worker group %r rank %d died (%s: %s); restart %d of %d",
+                self.name, rank, type(exc).__name__, str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                self.restarts[rank], self.max_restarts,
+            )  # fmt: skip
+            try:
+                self.handles[rank] = self.backend.relaunch(
+                    self.handles[rank],
+                    self.worker_cls,
+                    self.placements[rank],
+                    args=self._args,
+                    kwargs=self._kwargs,
+                )
+                for method, (args, kwargs) in list(self._replay[rank].items()):
+                    self.handles[rank].call(method, args, kwargs)
+                if self.on_restart is not None:
+                    self.on_restart(rank)
+                self.handles[rank].call("recover", (), {})
+                return
+            except Exception as again:
+                if not self.backend.worker_died(again):
+                    raise
+                exc = again  # the replacement died too: replace it again while restarts are left
 
     def shutdown(self) -> None:
         """Stop every worker of the group."""

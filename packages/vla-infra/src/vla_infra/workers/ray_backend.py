@@ -71,19 +71,23 @@ class _RayFuture:
 
 
 class RayWorkerHandle(WorkerHandle):
-    """A worker living in a Ray actor."""
+    """A worker living in a Ray actor; ``info`` is what the worker was built with (a replacement gets it too)."""
 
-    def __init__(self, actor: Any) -> None:
+    def __init__(self, actor: Any, info: WorkerInfo) -> None:
         self.actor = actor
+        self.info = info
 
     def submit(self, method: str, args: tuple, kwargs: dict) -> _RayFuture:
         return _RayFuture(self.actor.execute.remote(method, args, kwargs))
 
     def shutdown(self) -> None:
         import ray
+        from ray.exceptions import RayActorError
 
         try:
             ray.get(self.actor.close.remote(), timeout=30)
+        except RayActorError:
+            pass  # the actor is already gone: nothing left to close
         finally:
             ray.kill(self.actor)
 
@@ -251,20 +255,7 @@ class RayBackend(Backend):
     ) -> list[WorkerHandle]:
         import ray
 
-        host_cls = ray.remote(_RayWorkerHost)
-        options = [self._actor_options(p) for p in placements]
-        actors = [host_cls.options(**opts).remote() for opts, _ in options]
-        bundles = [bundle for _, bundle in options]
-        for _ in range(self.num_gpus_per_node + 1):
-            wrong = self._check_gpus(placements, actors, bundles)
-            if not wrong:
-                break
-            for i in wrong:  # relaunch in the bundle now known (or guessed) to hold the right GPU
-                ray.kill(actors[i])
-                opts, bundles[i] = self._actor_options(placements[i])
-                actors[i] = host_cls.options(**opts).remote()
-        else:
-            raise RuntimeError(f"could not place {group} workers on their GPUs: {self._gpu_of_bundle}")
+        actors = self._start_actors(placements, group)
         master_addr, master_port = ray.get(actors[0].rendezvous.remote())
         infos = [
             WorkerInfo.from_placement(
@@ -278,7 +269,53 @@ class RayBackend(Backend):
             for p in placements
         ]
         ray.get([a.construct.remote(worker_cls, info, args, kwargs) for a, info in zip(actors, infos)])
-        return [RayWorkerHandle(a) for a in actors]
+        return [RayWorkerHandle(a, info) for a, info in zip(actors, infos)]
+
+    def _start_actors(self, placements: Sequence[ProcessPlacement], group: str) -> list[Any]:
+        """One empty host actor per placement, each on its node and GPU."""
+        import ray
+
+        host_cls = ray.remote(_RayWorkerHost)
+        options = [self._actor_options(p) for p in placements]
+        actors = [host_cls.options(**opts).remote() for opts, _ in options]
+        bundles = [bundle for _, bundle in options]
+        for _ in range(self.num_gpus_per_node + 1):
+            wrong = self._check_gpus(placements, actors, bundles)
+            if not wrong:
+                return actors
+            for i in wrong:  # relaunch in the bundle now known (or guessed) to hold the right GPU
+                ray.kill(actors[i])
+                opts, bundles[i] = self._actor_options(placements[i])
+                actors[i] = host_cls.options(**opts).remote()
+        raise RuntimeError(f"could not place {group} workers on their GPUs: {self._gpu_of_bundle}")
+
+    def worker_died(self, exc: BaseException) -> bool:
+        """A ``RayActorError`` (``ActorDiedError``, ``ActorUnavailableError``): the actor's process is gone or
+        unreachable. An exception raised by the worker's own code arrives as a ``RayTaskError`` instead."""
+        from ray.exceptions import RayActorError
+
+        return isinstance(exc, RayActorError)
+
+    def relaunch(
+        self,
+        handle: WorkerHandle,
+        worker_cls: type[Worker],
+        placement: ProcessPlacement,
+        *,
+        args: tuple,
+        kwargs: dict,
+    ) -> WorkerHandle:
+        """A new actor on the dead one's node and GPU, built with the same :class:`WorkerInfo` (rank, world size,
+        rendezvous address) and constructor arguments. The old actor is killed first, so an actor that was only
+        unreachable cannot come back beside its replacement."""
+        import ray
+
+        if not isinstance(handle, RayWorkerHandle):
+            raise TypeError(f"RayBackend.relaunch needs a RayWorkerHandle, got {type(handle).__name__}")
+        ray.kill(handle.actor, no_restart=True)
+        (actor,) = self._start_actors([placement], handle.info.group)
+        ray.get(actor.construct.remote(worker_cls, handle.info, args, kwargs))
+        return RayWorkerHandle(actor, handle.info)
 
     def _check_gpus(
         self, placements: Sequence[ProcessPlacement], actors: list[Any], bundles: list[int | None]

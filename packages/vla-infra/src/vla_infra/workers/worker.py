@@ -141,6 +141,14 @@ class Worker:
             world_size=info.world_size,
         )
 
+    def recover(self) -> None:
+        """Called on a worker that replaces a dead one, after its group replayed the calls marked
+        ``@register(..., replay=True)`` and ran its ``on_restart`` callback, before the failed call is retried.
+
+        The default does nothing; a worker whose callers hold state the dead process lost (an env's episodes in
+        flight) says so here.
+        """
+
     def ping(self) -> dict[str, Any]:
         """Where this worker runs: pid, info and the GPU environment (for checks and debugging)."""
         gpu_ids: list[Any] = []

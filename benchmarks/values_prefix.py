@@ -10,34 +10,12 @@ runs the prefix alone.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 
-import numpy as np
 import torch
+from vla_models_tiny_cpu import _median, _obs  # the same observations and timing as the policy benchmark
 
 from vla_models import OpenPiConfig, OpenVLAConfig, OpenVLAOFTConfig, build_policy
-
-
-def _obs(b: int) -> dict:
-    rng = np.random.default_rng(0)
-    return {
-        "images": rng.integers(0, 256, (b, 64, 64, 3), dtype=np.uint8),
-        "wrist_images": None,
-        "states": rng.standard_normal((b, 4)).astype(np.float32),
-        "task_descriptions": ["close the drawer", "press the button from the top"] * (b // 2),
-    }
-
-
-def _median(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def main() -> int:

@@ -2,13 +2,15 @@
 
 Row state: the reset id and a step counter. Each step the counter advances; the episode succeeds (reward 1,
 terminated) at step `SUCCESS_AT[reset_id % 4]` (never for reset ids = 3 mod 4, which run to the time limit).
-An action whose first entry equals `CRASH` kills the worker process (a simulator segfault). Observations encode
+An action whose first entry equals `CRASH` kills the worker process (a simulator segfault); so does the first step
+that finds a file `die.*` in `extra["die_once_dir"]` (it removes the file, so its replacement lives). Observations encode
 the state: `states = [reset_id, step]`, images filled with the step count.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -25,8 +27,9 @@ ACTION_DIM = 2
 class CounterSim:
     """One deterministic env (see module docstring)."""
 
-    def __init__(self, image_size: int) -> None:
+    def __init__(self, image_size: int, die_once_dir: str | None = None) -> None:
         self.image_size = image_size
+        self.die_once_dir = die_once_dir
         self.reset_id = 0
         self.t = 0
 
@@ -43,18 +46,29 @@ class CounterSim:
         return self._obs()
 
     def step(self, action: np.ndarray) -> tuple[dict, float, bool, bool]:
-        if float(action[0]) == CRASH:
+        if float(action[0]) == CRASH or self._die_once():
             os._exit(1)
         self.t += 1
         success = self.t == SUCCESS_AT[self.reset_id % 4]
         return self._obs(), float(success), success, False
+
+    def _die_once(self) -> bool:
+        if self.die_once_dir is None:
+            return False
+        for token in sorted(Path(self.die_once_dir).glob("die.*")):
+            try:
+                token.unlink()  # atomic: of simulators stepping in parallel, one takes the token
+                return True
+            except FileNotFoundError:
+                continue
+        return False
 
     def close(self) -> None:
         pass
 
 
 def build_counter_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list[CounterSim]:
-    return [CounterSim(int(cfg.image_hw[0])) for _ in rows]
+    return [CounterSim(int(cfg.image_hw[0]), cfg.extra.get("die_once_dir")) for _ in rows]
 
 
 def counter_spec(tasks: tuple[str, ...] = ("count",)) -> SimSpec:

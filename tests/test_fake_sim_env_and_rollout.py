@@ -8,6 +8,7 @@ end-to-end tests cover the same code with MetaWorld, ManiSkill3 and LIBERO.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -96,9 +97,9 @@ def test_a_crashed_worker_is_restarted_and_its_rows_end_their_episode() -> None:
         env.close()
 
 
-@pytest.fixture
-def groups():
-    """Two pipeline stages of 2 env ranks (1 row each) and one rollout rank with the tiny OpenVLA-OFT."""
+@contextmanager
+def _stages_and_rollout(stage_cfgs: list[EnvConfig]):
+    """Pipeline stages of 2 env ranks each (one per config) and one rollout rank with the tiny OpenVLA-OFT."""
     from train_embodied.config.sections import ModelSection, RolloutSection
     from train_embodied.workers import EnvWorker, RolloutWorker
     from vla_infra import WorkerGroup, make_backend, resolve_placement
@@ -107,18 +108,9 @@ def groups():
     torch.manual_seed(0)
     backend = make_backend("local")
     placement = resolve_placement({"env": "0:0-1", "rollout": 0}, num_nodes=1, num_gpus_per_node=0)
-    cfg = EnvConfig(
-        env_type=fake.ENV_TYPE,
-        task="count",
-        num_envs=2,
-        envs_per_worker=0,
-        image_size=32,
-        max_episode_steps=5,
-        auto_reset=False,
-    )
     stages = [
         WorkerGroup(EnvWorker, placement["env"], backend=backend, name=f"env_{s}", kwargs={"env_cfg": cfg})
-        for s in range(2)
+        for s, cfg in enumerate(stage_cfgs)
     ]
     model = ModelSection(
         image_size=32,
@@ -143,12 +135,34 @@ def groups():
         if "value_head" in k:
             weights[k] = torch.randn(v.shape, generator=g) * 0.5
     rollout.load_weights(weights, 1)
-    yield stages, rollout
-    for g in stages:
-        g.close()
-    for g in [*stages, rollout]:
-        g.shutdown()
-    backend.shutdown()
+    try:
+        yield stages, rollout
+    finally:
+        for g in stages:
+            g.close()
+        for g in [*stages, rollout]:
+            g.shutdown()
+        backend.shutdown()
+
+
+def _stage_cfg(**kw) -> EnvConfig:
+    base = dict(
+        env_type=fake.ENV_TYPE,
+        task="count",
+        num_envs=2,
+        envs_per_worker=0,
+        image_size=32,
+        max_episode_steps=5,
+        auto_reset=False,
+    )
+    return EnvConfig(**{**base, **kw})
+
+
+@pytest.fixture
+def groups():
+    """Two pipeline stages of 2 env ranks (1 row each, simulators in-process) and one rollout rank."""
+    with _stages_and_rollout([_stage_cfg(), _stage_cfg()]) as built:
+        yield built
 
 
 def test_rollout_collector_joins_stages_and_ranks_and_masks_finished_episodes(groups) -> None:
@@ -230,3 +244,37 @@ def test_env_ranks_and_stages_go_round_the_tasks_of_the_whole_batch() -> None:
         backend.shutdown()
     with pytest.raises(ValueError, match="first_row"):
         EnvConfig(**base, first_row=-1)
+
+
+def test_a_simulator_dying_in_one_pipeline_stage_mid_rollout(tmp_path: Path) -> None:
+    """Two pipeline stages step concurrently (the policy acts on one stage while the other's chunk is in flight).
+    A simulator process of stage 1 dies in its first step: its row ends there as truncated and is counted as
+    lost, its replacement starts the row's episode again, and the rollout completes with every other row as
+    it would have run."""
+    fake.register()
+    (tmp_path / "die.0").touch()  # the first step of a stage-1 simulator that finds this token dies
+    cfgs = [
+        _stage_cfg(envs_per_worker=1, start_method="fork", worker_timeout_s=30.0, extra={"die_once_dir": d})
+        for d in (str(tmp_path / "none"), str(tmp_path))
+    ]
+    from train_embodied.rollout import collect_rollout
+
+    with _stages_and_rollout(cfgs) as (stages, rollout):
+        batch = collect_rollout(
+            stages,
+            rollout,
+            num_decisions=2,
+            reset_kwargs=[{"reset_state_ids": np.array([3, 3])}, {"reset_state_ids": np.array([3, 3])}],
+            bootstrap_truncation=False,
+            stop_when_all_done=False,
+        )
+        stats = [s.fault_stats() for s in stages]
+    assert not (tmp_path / "die.0").exists()
+    assert [sum(r["worker_restarts"] for r in st) for st in stats] == [0, 1]
+    assert [sum(r["lost_episodes"] for r in st) for st in stats] == [0, 1]
+    # reset id 3 never succeeds, and 2 decisions of 2 steps stay inside the 5-step limit: only the row that lost
+    # its simulator ends
+    ended = batch.truncated.any(-1)
+    assert ended[0, :2].tolist() == [False, False] and int(ended[0, 2:].sum()) == 1
+    assert not ended[1:].any() and not batch.terminated.any()
+    assert batch.rewards.shape == (2, 4, 2) and batch.env_steps == 2 * 4 * 2

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vla_envs import EnvConfig, SimulatorUnavailable, register_env_type
+from vla_envs import EnvConfig, SimulatorUnavailable, VideoConfig, register_env_type
 from vla_envs import vector as vector_mod
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
@@ -52,15 +52,17 @@ def _fault(plan: str, event: str) -> None:
 class CountingSim:
     """A deterministic simulator: state = (reset id, step count); reward 1 on every step."""
 
-    def __init__(self, plan: str, step_sleep: float) -> None:
+    def __init__(self, plan: str, step_sleep: float, image_side: int = 0) -> None:
         self.plan = plan
         self.step_sleep = step_sleep
+        self.image_side = image_side
         self.reset_id = 0
         self.t = 0
 
     def _obs(self) -> dict:
+        side = self.image_side
         return {
-            "images": np.zeros((0, 0, 3), np.uint8),
+            "images": np.full((side, side, 3), 40 * self.t, np.uint8),  # the step count, visible in a video
             "wrist_images": None,
             "states": np.array([self.reset_id, self.t], np.float32),
             "task_descriptions": "count",
@@ -84,7 +86,8 @@ class CountingSim:
 def build_counting_sims(cfg, spec, rows):
     _fault(spec.options["plan"], "build")
     time.sleep(spec.options.get("build_sleep", 0.0))
-    return [CountingSim(spec.options["plan"], spec.options.get("step_sleep", 0.0)) for _ in rows]
+    opts = spec.options
+    return [CountingSim(opts["plan"], opts.get("step_sleep", 0.0), opts.get("image_side", 0)) for _ in rows]
 
 
 # EnvConfig accepts registered env types only; these tests build VectorEnv directly with their own SimSpec
@@ -92,14 +95,25 @@ register_env_type("counting", lambda cfg: None)
 
 
 def make(
-    tmp_path: Path, *, num_envs: int = 4, per_worker: int = 2, auto_reset: bool = True, **options
+    tmp_path: Path,
+    *,
+    num_envs: int = 4,
+    per_worker: int = 2,
+    auto_reset: bool = True,
+    video: VideoConfig | None = None,
+    **options,
 ) -> VectorEnv:
+    """`video`: record episodes (the simulator then renders 8 px frames)."""
+    if video is not None:
+        options = {"image_side": 8, **options}
     cfg = EnvConfig(
         env_type="counting",
         num_envs=num_envs,
         envs_per_worker=per_worker,
         start_method="fork",  # the workers inherit this module, so the builder resolves by its name
-        render=False,
+        render=video is not None,
+        video=video or VideoConfig(),
+        image_size=8,
         auto_reset=auto_reset,
         max_episode_steps=EPISODE,
         num_trials_per_task=100,
@@ -235,6 +249,44 @@ def test_crash_during_evaluation_keeps_ended_rows_and_restarts_the_rest(tmp_path
         assert res.obs["states"][:, 0].tolist() == [12, 13]  # every (task, trial) is still covered
     finally:
         env.close()
+
+
+def test_a_worker_killed_while_its_rows_are_recorded_loses_no_video(tmp_path: Path) -> None:
+    """Rows 0-1 are recorded; their worker dies in the 2nd step. Each episode still gets its own file: the one
+    cut by the crash ends at the last frame seen, the next starts fresh; a second env writing to the same folder
+    (a resumed run) adds files and never overwrites one."""
+    import imageio.v2 as imageio
+
+    videos = tmp_path / "videos"
+    cfg = VideoConfig(save_video=True, info_on_video=False, video_base_dir=str(videos), max_envs=2)
+    plan_dir = tmp_path / "plan"
+    plan_dir.mkdir()
+    env = make(plan_dir, video=cfg)
+    try:
+        env.reset(reset_state_ids=[0, 1, 2, 3])
+        env.chunk_step(ACT)
+        os.kill(env.workers[0].pid, signal.SIGKILL)
+        res = env.chunk_step(ACT)
+        assert res.truncated[:2, 0].all() and env.lost_episodes == 2
+        cut = sorted(p.name for p in videos.iterdir())
+        assert cut == ["episode_env0_ep0.mp4", "episode_env1_ep0.mp4"]
+        for _ in range(EPISODE):  # the fresh episodes of rows 0-1 run to the time limit
+            env.chunk_step(ACT)
+    finally:
+        env.close()
+    first = {p.name: p.read_bytes() for p in videos.iterdir()}
+    # the cut episode: reset frame, the 1st step, the last frame seen before the crash
+    assert len(imageio.mimread(str(videos / "episode_env0_ep0.mp4"))) == 3
+    assert len(imageio.mimread(str(videos / "episode_env0_ep1.mp4"))) == EPISODE + 1  # a whole episode
+    again = make(plan_dir, video=cfg)
+    try:
+        again.reset(reset_state_ids=[0, 1, 2, 3])
+        for _ in range(EPISODE):
+            again.chunk_step(ACT)
+    finally:
+        again.close()
+    after = {p.name: p.read_bytes() for p in videos.iterdir()}
+    assert {k: after[k] for k in first} == first and len(after) > len(first)
 
 
 def test_bad_actions_are_refused_naming_the_rows(tmp_path: Path) -> None:

@@ -37,7 +37,8 @@ def upscale(frame: np.ndarray, min_side: int = MIN_VIDEO_SIDE) -> np.ndarray:
 class EpisodeVideoRecorder:
     """Collects frames of batch rows `0 .. cfg.max_envs-1` and writes one mp4 per finished episode.
 
-    Files: `{video_base_dir}/{tag}_env{row}_ep{episode}.mp4`.
+    Files: `{video_base_dir}/{tag}_env{row}_ep{episode}.mp4`, episode numbers continuing after the files already
+    in the folder (nothing is overwritten).
     """
 
     def __init__(self, cfg: VideoConfig, num_envs: int, tag: str = "episode") -> None:
@@ -79,8 +80,13 @@ class EpisodeVideoRecorder:
         import imageio.v2 as imageio
 
         os.makedirs(self.cfg.video_base_dir, exist_ok=True)
-        path = str(Path(self.cfg.video_base_dir) / f"{self.tag}_env{row}_ep{self.episode_index[row]}.mp4")
-        self.episode_index[row] += 1
+        # the next free episode number: a second recorder on the same folder (a resumed run, a rebuilt env)
+        # adds files after the ones there and never overwrites one
+        while True:
+            path = str(Path(self.cfg.video_base_dir) / f"{self.tag}_env{row}_ep{self.episode_index[row]}.mp4")
+            self.episode_index[row] += 1
+            if not os.path.exists(path):
+                break
         # macro_block_size=1 keeps odd sizes; quality 7 keeps files small
         imageio.mimwrite(path, frames, fps=self.cfg.fps, macro_block_size=1, quality=7)
         self.written.append(path)

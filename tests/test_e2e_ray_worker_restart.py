@@ -60,7 +60,7 @@ def test_killed_rollout_and_env_actors_are_replaced_and_resynced(tmp_path: Path,
         old = _pid(w.rollout, 1)
         os.kill(old, signal.SIGKILL)
         out = w.rollout.predict(obs, mode="sample", weight_version=1)
-        assert out["actions"].shape[0] == 2
+        assert out.actions.shape[0] == 2
         assert w.rollout.restarts == [0, 1] and _pid(w.rollout, 1) != old
         for rank in range(2):
             assert w.rollout.execute_rank(rank, "weight_version") == 1
@@ -77,14 +77,14 @@ def test_killed_rollout_and_env_actors_are_replaced_and_resynced(tmp_path: Path,
         # an env actor SIGKILLed between a reset and a step: the replacement replays the reset (the same start
         # observations), and its first step ends the in-flight episodes as truncated and lost, not finished
         os.kill(_pid(env), signal.SIGKILL)
-        res = env.chunk_step(out["actions"].numpy())
+        res = env.chunk_step(out.actions.numpy())
         assert env.restarts == [1]
-        assert res["lost_mask"].all() and res["final_mask"].all()
-        assert res["truncated"][:, 0].all() and not res["terminated"].any() and not res["rewards"].any()
-        np.testing.assert_array_equal(res["obs"]["states"], obs["states"])
+        assert res.lost_mask.all() and res.final_mask.all()
+        assert res.truncated[:, 0].all() and not res.terminated.any() and not res.rewards.any()
+        np.testing.assert_array_equal(res.obs["states"], obs["states"])
         assert env.fault_stats()[0]["lost_episodes"] == 2.0
-        nxt = env.chunk_step(out["actions"].numpy())  # then it steps the simulators again
-        assert not nxt["lost_mask"].any() and not np.array_equal(nxt["obs"]["states"], obs["states"])
+        nxt = env.chunk_step(out.actions.numpy())  # then it steps the simulators again
+        assert not nxt.lost_mask.any() and not np.array_equal(nxt.obs["states"], obs["states"])
         assert w.worker_restarts == 3
     assert not ray.is_initialized()
 

@@ -44,7 +44,7 @@ def test_rollout_ranks_hold_the_actors_weights_bit_for_bit_and_refuse_stale(tmp_
             assert state_dicts_equal(actor, w.rollout.execute_rank(rank, "state_dict")), rank
         obs = w.env_train[0].reset(seed=0)
         out = w.rollout.predict(obs, mode="sample", weight_version=1)
-        assert out["actions"].shape[0] == 2  # one row per rollout rank
+        assert out.actions.shape[0] == 2  # one row per rollout rank
         with pytest.raises(StaleWeightsError, match="holds weight version 1 but the run is at version 2"):
             w.rollout.predict(obs, mode="sample", weight_version=2)
         # a later version reaches both ranks; an old one is refused before anything is sent

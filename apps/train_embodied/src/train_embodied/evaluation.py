@@ -56,13 +56,13 @@ def evaluate(
         metrics = {k: np.zeros(num_envs, dtype=np.float32) for k in ("success_once", "return", "episode_len")}
         for _ in range(max_decisions):
             out = rollout.predict(obs, mode=mode, weight_version=weight_version)
-            res = env.chunk_step(out["actions"].numpy())
+            res = env.chunk_step(out.actions.numpy())
             # a lost episode (dead env worker process) starts again from its held-out start: not counted yet
-            rows = np.flatnonzero(np.asarray(res["final_mask"]) & ~np.asarray(res["lost_mask"]) & ~done)
+            rows = np.flatnonzero(np.asarray(res.final_mask) & ~np.asarray(res.lost_mask) & ~done)
             for key in metrics:
-                metrics[key][rows] = np.asarray(res["episode_metrics"][key])[rows]
+                metrics[key][rows] = np.asarray(res.episode_metrics[key])[rows]
             done[rows] = True
-            obs = res["obs"]
+            obs = res.obs
             if done[:valid].all():
                 break
         success += metrics["success_once"][:valid].tolist()

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from train_embodied.batches import EnvStep, Prediction
 from vla_envs import select_obs_rows
 from vla_models import concat_forward_inputs, pad_prompts
 
@@ -110,7 +111,7 @@ def collect_rollout(
         for s in range(num_stages):
             out = rollout.predict(obs[s], mode="sample", weight_version=weight_version)
             outs.append(out)
-            futures.append(env_stages[s].chunk_step.submit(out["actions"].numpy()))
+            futures.append(env_stages[s].chunk_step.submit(out.actions.numpy()))
         results = [f.result() for f in futures]
         step = _merge_step(outs, results, sizes)
         alive = ~ended_once if stop_when_all_done else np.ones(b_total, dtype=bool)
@@ -133,7 +134,7 @@ def collect_rollout(
             ended_once[rows] = True
         env_steps += int(alive.sum()) * step["rewards"].shape[1]
         steps.append(step)
-        obs = [r["obs"] for r in results]
+        obs = [r.obs for r in results]
         bar.update(1)
         if stop_when_all_done and ended_once.all():
             break
@@ -143,28 +144,26 @@ def collect_rollout(
     return _stack(steps, last_values, episodes, first_scores, env_steps)
 
 
-def _merge_step(
-    outs: list[dict[str, Any]], results: list[dict[str, Any]], sizes: list[int]
-) -> dict[str, Any]:
+def _merge_step(outs: list[Prediction], results: list[EnvStep], sizes: list[int]) -> dict[str, Any]:
     """One decision of every stage, concatenated along the batch (stage order)."""
 
     def cat(key: str) -> np.ndarray:
-        return np.concatenate([np.asarray(r[key]) for r in results])
+        return np.concatenate([np.asarray(getattr(r, key)) for r in results])
 
-    values = None if outs[0]["values"] is None else torch.cat([o["values"] for o in outs])
+    values = None if outs[0].values is None else torch.cat([o.values for o in outs])
     return {
-        "forward_inputs": concat_forward_inputs([o["forward_inputs"] for o in outs]),
-        "logprobs": torch.cat([o["logprobs"] for o in outs]),
+        "forward_inputs": concat_forward_inputs([o.forward_inputs for o in outs]),
+        "logprobs": torch.cat([o.logprobs for o in outs]),
         "values": values,
         "rewards": cat("rewards").astype(np.float32),
         "terminated": cat("terminated"),
         "truncated": cat("truncated"),
         "final_mask": cat("final_mask"),
         "lost_mask": cat("lost_mask"),
-        "final_obs": _concat_obs([r["final_obs"] for r in results]),
+        "final_obs": _concat_obs([r.final_obs for r in results]),
         "episode_metrics": {
-            k: np.concatenate([np.asarray(r["episode_metrics"][k]) for r in results])
-            for k in results[0]["episode_metrics"]
+            k: np.concatenate([np.asarray(r.episode_metrics[k]) for r in results])
+            for k in results[0].episode_metrics
         },
     }
 

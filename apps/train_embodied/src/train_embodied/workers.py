@@ -2,7 +2,8 @@
 
 They are vla_infra `Worker`s, so the same classes run in-process (LocalBackend) or as Ray actors
 (RayBackend); `@register` says how a group call splits its inputs across ranks. Data crossing a worker
-boundary is plain numpy / torch / dicts (picklable for Ray).
+boundary is numpy / torch in typed batches (`train_embodied.batches`), observation dicts, and the update's
+sample dict (picklable for Ray).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from train_embodied.batches import EnvStep, Prediction
 from train_embodied.config.sections import (
     AlgorithmSection,
     FSDPSection,
@@ -90,8 +92,8 @@ class EnvWorker(Worker):
         self._boundary_pending = True
 
     @register("split")
-    def chunk_step(self, actions: np.ndarray) -> dict[str, Any]:
-        """Step actions [B, C, A] (split across ranks); returns the StepResult fields as a dict.
+    def chunk_step(self, actions: np.ndarray) -> EnvStep:
+        """Step actions [B, C, A] (split across ranks).
 
         `lost_mask` bool [B] marks rows whose episode was lost with a dead worker process: on a replacement's
         first step every row ends as truncated at chunk position 0 (no reward; `final_obs` is the replacement's
@@ -101,34 +103,34 @@ class EnvWorker(Worker):
             return self._lost_boundary(int(actions.shape[1]))
         res = self.env.chunk_step(actions)
         self._obs = res.obs
-        return {
-            "obs": res.obs,
-            "rewards": res.rewards,
-            "terminated": res.terminated,
-            "truncated": res.truncated,
-            "final_obs": res.final_obs,
-            "final_mask": res.final_mask,
-            "episode_metrics": res.episode_metrics,
-            "lost_mask": np.zeros(len(res.final_mask), dtype=bool),
-        }
+        return EnvStep(
+            obs=res.obs,
+            rewards=res.rewards,
+            terminated=res.terminated,
+            truncated=res.truncated,
+            final_obs=res.final_obs,
+            final_mask=res.final_mask,
+            episode_metrics=res.episode_metrics,
+            lost_mask=np.zeros(len(res.final_mask), dtype=bool),
+        )
 
-    def _lost_boundary(self, chunk: int) -> dict[str, Any]:
+    def _lost_boundary(self, chunk: int) -> EnvStep:
         assert self._obs is not None, "a replaced env worker steps only after a replayed reset"
         self._boundary_pending = False
         n = len(self._obs["task_descriptions"])
         self._lost_episodes += n
         truncated = np.zeros((n, chunk), dtype=bool)
         truncated[:, 0] = True
-        return {
-            "obs": self._obs,
-            "rewards": np.zeros((n, chunk), dtype=np.float32),
-            "terminated": np.zeros((n, chunk), dtype=bool),
-            "truncated": truncated,
-            "final_obs": self._obs,
-            "final_mask": np.ones(n, dtype=bool),
-            "episode_metrics": empty_episode_metrics(n),
-            "lost_mask": np.ones(n, dtype=bool),
-        }
+        return EnvStep(
+            obs=self._obs,
+            rewards=np.zeros((n, chunk), dtype=np.float32),
+            terminated=np.zeros((n, chunk), dtype=bool),
+            truncated=truncated,
+            final_obs=self._obs,
+            final_mask=np.ones(n, dtype=bool),
+            episode_metrics=empty_episode_metrics(n),
+            lost_mask=np.ones(n, dtype=bool),
+        )
 
     @register("one_to_all", collect="list")
     def fault_stats(self) -> dict[str, float]:
@@ -144,12 +146,15 @@ class EnvWorker(Worker):
         self.env.close()
 
 
-def join_predictions(outputs: list[dict[str, Any]]) -> dict[str, Any]:
+def join_predictions(outputs: list[Prediction]) -> Prediction:
     """The rollout ranks' `predict` outputs as one batch (rank order): prompts of different widths (tasks with
     instructions of different lengths on different ranks) are left-padded to the widest."""
-    joined = concat_values([{k: v for k, v in o.items() if k != "forward_inputs"} for o in outputs])
-    joined["forward_inputs"] = concat_forward_inputs([o["forward_inputs"] for o in outputs])
-    return joined
+    return Prediction(
+        actions=concat_values([o.actions for o in outputs]),
+        logprobs=concat_values([o.logprobs for o in outputs]),
+        values=concat_values([o.values for o in outputs]),
+        forward_inputs=concat_forward_inputs([o.forward_inputs for o in outputs]),
+    )
 
 
 class RolloutWorker(Worker):
@@ -202,7 +207,7 @@ class RolloutWorker(Worker):
     @torch.no_grad()
     def predict(
         self, obs: dict[str, Any], mode: str = "sample", weight_version: int | None = None
-    ) -> dict[str, Any]:
+    ) -> Prediction:
         """Actions [B, C, A], token logprobs [B, C, A], values [B] (or None) and forward_inputs.
 
         `weight_version`: the version the run last synced; a rollout holding another one raises
@@ -216,12 +221,12 @@ class RolloutWorker(Worker):
             temperature=self.sampling.temperature,
             top_k=self.sampling.top_k if (self.sampling.top_k or 0) > 0 else None,
         )
-        return {
-            "actions": out.actions.float().cpu(),
-            "logprobs": out.logprobs.float().cpu(),
-            "values": None if out.values is None else out.values.float().cpu(),
-            "forward_inputs": {k: v.cpu() for k, v in out.forward_inputs.items()},
-        }
+        return Prediction(
+            actions=out.actions.float().cpu(),
+            logprobs=out.logprobs.float().cpu(),
+            values=None if out.values is None else out.values.float().cpu(),
+            forward_inputs={k: v.cpu() for k, v in out.forward_inputs.items()},
+        )
 
     @register("split")
     @torch.no_grad()

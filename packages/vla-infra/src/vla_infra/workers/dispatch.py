@@ -14,14 +14,17 @@ split          chunk ``i`` of every splittable argument      ``concat``
 rank_zero      only rank 0 runs, with the arguments          ``first``
 =============  ===========================================  ==================================
 
+Dataclass instances split and join field by field, like dicts (typed batches cross worker boundaries as they are).
+
 collect modes: ``list`` (outputs in rank order), ``concat`` (inverse of ``split``: tensors and arrays
-concatenated along dim 0, lists and tuples joined, dicts merged key by key, None stays None),
+concatenated along dim 0, lists and tuples joined, dicts and dataclasses merged key by key, None stays None),
 ``first`` (rank 0's output), ``none`` (returns None), or a function of the per-rank outputs (in rank order) for
 outputs that only their owner knows how to join (e.g. prompts of different widths).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,7 +52,18 @@ DEFAULT_COLLECT: dict[str, str] = {
 }
 
 
+def _is_record(value: Any) -> bool:
+    """A dataclass instance: split and joined field by field, like a dict of its fields."""
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+
+
 def _is_splittable(value: Any) -> bool:
+    if _is_record(value):
+        return _is_splittable(_fields(value))
     if isinstance(value, np.ndarray) or _is_tensor(value):
         return value.ndim >= 1
     if isinstance(value, (list, tuple)):
@@ -74,8 +88,8 @@ def split_value(value: Any, world_size: int, *, name: str = "argument") -> list[
     """Split one value along its leading dimension into ``world_size`` contiguous chunks.
 
     Args:
-        value: Tensor/ndarray ``[N, ...]``, list/tuple of length N, or a dict whose splittable values
-            share the same N (non-splittable dict values are copied to every chunk). Anything else is
+        value: Tensor/ndarray ``[N, ...]``, list/tuple of length N, or a dict (or dataclass) whose splittable
+            values share the same N (non-splittable values are copied to every chunk). Anything else is
             repeated ``world_size`` times.
         world_size: Number of chunks.
         name: Argument name used in error messages.
@@ -88,6 +102,9 @@ def split_value(value: Any, world_size: int, *, name: str = "argument") -> list[
     """
     if not _is_splittable(value):
         return [value] * world_size
+    if _is_record(value):
+        chunks = split_value(_fields(value), world_size, name=name)
+        return [dataclasses.replace(value, **c) for c in chunks]
     if isinstance(value, dict):
         lengths = {k: _leading(v) for k, v in value.items() if _is_splittable(v)}
         if len(set(lengths.values())) > 1:
@@ -99,6 +116,8 @@ def split_value(value: Any, world_size: int, *, name: str = "argument") -> list[
 
 
 def _leading(value: Any) -> int:
+    if _is_record(value):
+        return _leading(_fields(value))
     if isinstance(value, dict):
         return next(_leading(v) for v in value.values() if _is_splittable(v))
     return len(value) if isinstance(value, (list, tuple)) else int(value.shape[0])
@@ -111,8 +130,9 @@ def concat_values(values: Sequence[Any]) -> Any:
         values: One output per rank, all of the same kind.
 
     Returns:
-        Tensors/arrays concatenated along dim 0, lists/tuples joined, dicts merged key by key,
-        ``None`` if every output is None; other values (e.g. floats) as a list.
+        Tensors/arrays concatenated along dim 0, lists/tuples joined, dicts merged key by key, dataclasses
+        field by field (one of the same class), ``None`` if every output is None; other values (e.g. floats)
+        as a list.
     """
     first = values[0]
     if all(v is None for v in values):
@@ -127,6 +147,9 @@ def concat_values(values: Sequence[Any]) -> Any:
         return tuple(item for v in values for item in v)
     if isinstance(first, dict):
         return {k: concat_values([v[k] for v in values]) for k in first}
+    if _is_record(first):
+        joined = concat_values([_fields(v) for v in values])
+        return dataclasses.replace(first, **joined)
     return list(values)
 
 

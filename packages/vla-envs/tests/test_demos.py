@@ -67,3 +67,20 @@ def test_cli_demos_in_process(tmp_path, capsys: pytest.CaptureFixture[str]) -> N
     assert load_demos(out)["images"].shape[1:] == (32, 32, 3)
     with pytest.raises(ValueError, match="valid tasks"):
         cli_main(["demos", "metaworld", "--tasks", "drawer-shut", "--episodes", "1", "--out", str(out)])
+
+
+def test_demo_settings_follow_the_env_config() -> None:
+    from vla_envs import EnvConfig, demo_settings
+
+    cfg = EnvConfig(
+        env_type="metaworld", task_set="MT10", image_size=48, wrist_camera="gripperPOV", action_repeat=2,
+        max_episode_steps=30, extra={"hide_far_meshes": True},
+    )  # fmt: skip
+    s = demo_settings(cfg, episodes_per_task=3, seed=7)
+    assert len(s["tasks"]) == 10 and s["tasks"][0] == "reach-v3"
+    assert (s["image_size"], s["wrist_camera"], s["action_repeat"], s["max_episode_steps"]) == (
+        48, "gripperPOV", 2, 30,
+    )  # fmt: skip
+    assert s["camera"] == "corner2" and s["hide_far_meshes"] and (s["episodes_per_task"], s["seed"]) == (3, 7)
+    with pytest.raises(ValueError, match=r"env_type \['metaworld'\] only, got env_type='maniskill'"):
+        demo_settings(EnvConfig(env_type="maniskill", task="PickCube-v1"), episodes_per_task=1)

@@ -1,6 +1,6 @@
 """Supervised warm start (`vla-sft CONFIG`): scripted-expert demos -> token cross-entropy -> save_pretrained.
 
-The demos come from vla-envs (`generate_metaworld_demos`, same camera / size / action repeat as
+The demos come from vla-envs (`demo_settings` / `generate_demos`, same camera / size / action repeat as
 `env.train`, trials >= 100000 so they never coincide with training or evaluation starts). The saved folder is
 what `actor.model.model_path` points to. With a task set (e.g. MT10) every task gets `sft.num_demos` demos and
 each batch draws its steps task-balanced (`task_balanced_indices`), with each step's own task instruction.
@@ -12,7 +12,6 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -30,45 +29,22 @@ def sft_output_dir(tc: TrainConfig) -> Path:
 
 
 def make_demos(tc: TrainConfig, out: Path) -> Path:
-    """Generate (or reuse, if the same settings were used before) the expert demos under `out/demos`."""
-    from vla_envs.demos import generate_metaworld_demos
-    from vla_envs.metaworld.options import resolve_options
+    """Generate (or reuse, if the same settings were used before) the expert demos under `out/demos`, recorded as
+    `env.train` observes and acts."""
+    from vla_envs import demo_settings, generate_demos
 
-    env = tc.env_train
-    if env.env_type != "metaworld":
-        raise ValueError(
-            f"vla-sft generates scripted-expert demos for env_type='metaworld' only, got env.train.env_type="
-            f"{env.env_type!r}"
-        )
-    tasks = [env.task] if env.task else _task_set(env.task_set)
-    opts = resolve_options(env)
-    settings = {
-        "tasks": tasks,
-        "episodes_per_task": tc.sft.num_demos,
-        "image_size": int(env.image_hw[0]),
-        "camera": opts.camera,
-        "action_repeat": env.action_repeat,
-        "max_episode_steps": env.max_episode_steps,
-        "reward_mode": env.reward_mode,
-        "hide_far_meshes": opts.hide_far_meshes,
-        "seed": tc.sft.demo_seed,
-    }
+    try:
+        settings = demo_settings(tc.env_train, episodes_per_task=tc.sft.num_demos, seed=tc.sft.demo_seed)
+    except ValueError as exc:
+        raise ValueError(f"vla-sft (env.train): {exc}") from None
     demo_dir = out / "demos"
     stamp = demo_dir / "settings.json"
     if stamp.exists() and json.loads(stamp.read_text()) == settings:
         print(f"[sft] reusing demos in {demo_dir}")
         return demo_dir
-    generate_metaworld_demos(demo_dir, num_workers=2, progress=tc.runner.progress_bar, **settings)
+    generate_demos(demo_dir, settings, num_workers=2, progress=tc.runner.progress_bar)
     stamp.write_text(json.dumps(settings))
     return demo_dir
-
-
-def _task_set(task_set: Any) -> list[str]:
-    if isinstance(task_set, list):
-        return list(task_set)
-    from vla_envs.metaworld.tasks import TASK_SETS
-
-    return list(TASK_SETS[task_set][0])
 
 
 def chunk_targets(actions: np.ndarray, episode_index: np.ndarray, chunk: int) -> np.ndarray:
@@ -118,7 +94,7 @@ def task_balanced_indices(step_task: np.ndarray, batch_size: int, generator: tor
 
 def run_sft(tc: TrainConfig) -> Path:
     """Generate demos, train the policy by behaviour cloning and save it; returns the policy folder."""
-    from vla_envs.demos import load_demos
+    from vla_envs import load_demos
 
     t_start = time.time()
     out = sft_output_dir(tc)

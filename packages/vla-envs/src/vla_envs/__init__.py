@@ -16,6 +16,7 @@ from vla_envs.base import (
     stack_obs,
 )
 from vla_envs.config import EnvConfig, VideoConfig
+from vla_envs.demos import DEMO_ENV_TYPES, demo_settings, generate_demos, load_demos
 from vla_envs.factory import make_env
 from vla_envs.gl import configure_mujoco_gl
 from vla_envs.registry import list_env_types, list_tasks, register_env_type
@@ -26,6 +27,7 @@ __version__ = "0.1.0"
 configure_mujoco_gl()
 
 __all__ = [
+    "DEMO_ENV_TYPES",
     "EPISODE_METRIC_KEYS",
     "OBS_KEYS",
     "BatchedEnv",
@@ -36,9 +38,12 @@ __all__ = [
     "__version__",
     "check_actions",
     "configure_mujoco_gl",
+    "demo_settings",
     "empty_episode_metrics",
+    "generate_demos",
     "list_env_types",
     "list_tasks",
+    "load_demos",
     "make_env",
     "merge_obs_rows",
     "register_env_type",

@@ -134,6 +134,47 @@ def _run_job(args: tuple[dict[str, Any], str, list[int]]) -> dict[str, Any]:
     return {"arrays": stack_steps(steps), "episodes": episodes}
 
 
+#: Env types with scripted experts (`generate_demos`).
+DEMO_ENV_TYPES: tuple[str, ...] = ("metaworld",)
+
+
+def demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> dict[str, Any]:
+    """The keywords of `generate_metaworld_demos` that record demos as env `cfg` observes and acts: its tasks
+    (`task` or `task_set`), image size, cameras, action repeat, episode length, reward mode and MetaWorld options,
+    so a policy warm-started on them sees what the RL envs show it. JSON-friendly (a demo folder's stamp).
+
+    Raises:
+        ValueError: an env type without scripted experts (names the ones that have them), or unknown tasks.
+    """
+    if cfg.env_type not in DEMO_ENV_TYPES:
+        raise ValueError(
+            f"scripted-expert demos exist for env_type {list(DEMO_ENV_TYPES)} only, got env_type={cfg.env_type!r}"
+        )
+    from vla_envs.metaworld.options import resolve_options
+    from vla_envs.metaworld.tasks import resolve_tasks
+
+    opts = resolve_options(cfg)
+    return {
+        "tasks": resolve_tasks(cfg.task, cfg.task_set)[0],
+        "episodes_per_task": int(episodes_per_task),
+        "image_size": int(cfg.image_hw[0]),
+        "camera": opts.camera,
+        "wrist_camera": cfg.wrist_camera,
+        "action_repeat": cfg.action_repeat,
+        "max_episode_steps": cfg.max_episode_steps,
+        "reward_mode": cfg.reward_mode,
+        "hide_far_meshes": opts.hide_far_meshes,
+        "seed": int(seed),
+    }
+
+
+def generate_demos(
+    out_dir: str | os.PathLike[str], settings: dict[str, Any], *, num_workers: int = 2, progress: bool = True
+) -> dict[str, Any]:
+    """Write the demos `settings` (from `demo_settings`) describe to `out_dir`; returns the summary."""
+    return generate_metaworld_demos(out_dir, num_workers=num_workers, progress=progress, **settings)
+
+
 def generate_metaworld_demos(
     out_dir: str | os.PathLike[str],
     *,

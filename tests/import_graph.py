@@ -201,8 +201,8 @@ def app_names(root: Path = ROOT) -> set[str]:
 
 
 def private_imports(root: Path = ROOT) -> list[tuple[str, str]]:
-    """(app module, what it imports) where an app imports a package's private module or name (a dotted part or
-    an imported name starting with `_`): the app uses the packages' public names only."""
+    """(app module, what it imports) where an app imports a package's submodule or a private name (a name
+    starting with `_`): the app uses the names each package's top level exports, nothing deeper."""
     apps = app_names(root)
     bad = []
     for module, path in sorted(all_module_files(root).items()):
@@ -212,7 +212,7 @@ def private_imports(root: Path = ROOT) -> list[tuple[str, str]]:
             if top_of(target) in apps or top_of(target) not in source_roots(root):
                 continue
             parts = target.split(".") + ([name] if name else [])
-            if any(p.startswith("_") for p in parts):
+            if "." in target or any(p.startswith("_") for p in parts):
                 bad.append((module, ".".join(parts)))
     return bad
 

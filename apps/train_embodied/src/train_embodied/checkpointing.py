@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vla_infra.checkpoint import (
+from vla_infra import (
     COMPLETE_MARKER,
     MANIFEST,
     checkpoint_dir,

@@ -11,8 +11,7 @@ from typing import Any
 from train_embodied.config.build import TrainConfig
 from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
-from vla_infra import WorkerGroup, make_backend, resolve_placement
-from vla_infra.weight_sync import StaleWeightsError
+from vla_infra import StaleWeightsError, WorkerGroup, make_backend, resolve_placement
 
 
 def start_ray(address: str | None) -> bool:

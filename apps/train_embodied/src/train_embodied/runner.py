@@ -36,7 +36,7 @@ from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollout
 from train_embodied.run_workers import RunWorkers
 from train_embodied.seeds import stream_seed
 from vla_algos import explained_variance, get_advantage_estimator, get_policy_loss
-from vla_envs.evaluation import TaskGrouping, evaluation_table, format_evaluation_tables
+from vla_envs import TaskGrouping, evaluation_table, format_evaluation_tables
 
 
 def set_torch_threads(num_threads: int) -> None:

@@ -29,7 +29,7 @@ def fsdp_config_for(section: FSDPSection, policy: nn.Module) -> Any:
     """The vla_infra `FSDPConfig` of `actor.fsdp_config` for `policy`: the block classes its model family
     declares (e.g. the decoder layers and vision-tower layers) are sharded one by one; everything else
     (embeddings, LM head, projector, value head) belongs to the root unit."""
-    from vla_infra.fsdp import FSDPConfig
+    from vla_infra import FSDPConfig
     from vla_models import get_family
 
     blocks = get_family(type(policy.config).family).fsdp_wrap_classes
@@ -56,7 +56,7 @@ def shard_policy(policy: nn.Module, section: FSDPSection) -> nn.Module:
     """
     from torch.distributed.fsdp import register_fsdp_forward_method
 
-    from vla_infra.fsdp import apply_fsdp2
+    from vla_infra import apply_fsdp2
 
     apply_fsdp2(policy, fsdp_config_for(section, policy))
     register_fsdp_forward_method(policy, "evaluate")

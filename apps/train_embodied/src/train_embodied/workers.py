@@ -27,19 +27,21 @@ from train_embodied.policy_io import build_optimizer, build_policy_for_run, poli
 from train_embodied.seeds import rank_seed
 from train_embodied.sharding import save_unsharded, shard_policy
 from train_embodied.update import UpdateSettings, ppo_update
-from vla_envs import EnvConfig, empty_episode_metrics, make_env
-from vla_envs.evaluation import task_grouping
-from vla_infra import Worker, concat_values, register
-from vla_infra.offload import ModelOffloader, is_offloaded
-from vla_infra.weight_sync import (
+from vla_envs import EnvConfig, empty_episode_metrics, make_env, task_grouping
+from vla_infra import (
+    ModelOffloader,
     PeerGroup,
     ShardGatherFollower,
     StaleWeightsError,
     TorchDistributedTransport,
     WeightReceiver,
     WeightSender,
+    Worker,
+    concat_values,
+    find_free_port,
+    is_offloaded,
+    register,
 )
-from vla_infra.workers.worker import find_free_port
 from vla_models import concat_forward_inputs
 
 
@@ -362,7 +364,7 @@ class ActorWorker(Worker):
         """The policy's parameters and buffers as full CPU tensors (for weight sync and checkpoints)."""
         with self._on_device():
             if self.sharded:
-                from vla_infra.fsdp import full_state_dict
+                from vla_infra import full_state_dict
 
                 return full_state_dict(self.policy)  # a collective: rank 0 gets everything, the others {}
             return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
@@ -435,7 +437,7 @@ class ActorWorker(Worker):
     def save_checkpoint(self, path: str, trainer_state: dict[str, Any]) -> str:
         """Atomically write model + optimizer + trainer state + RNG states (vla_infra checkpoint I/O; sharded:
         every rank writes its optimizer shards, rank 0 the full weights)."""
-        from vla_infra.checkpoint import save_checkpoint
+        from vla_infra import save_checkpoint
 
         state = {**trainer_state, "global_step": self.global_step, "policy_step": self.policy_step}
         with self._on_device():
@@ -444,7 +446,7 @@ class ActorWorker(Worker):
     @register("one_to_all", collect="first")
     def load_checkpoint(self, path: str) -> dict[str, Any]:
         """Restore model, optimizer and RNG states from `save_checkpoint`'s folder; returns the trainer state."""
-        from vla_infra.checkpoint import load_checkpoint
+        from vla_infra import load_checkpoint
 
         with self._on_device():
             loaded = load_checkpoint(path, model=self.policy, optimizer=self.optimizer)
@@ -466,7 +468,7 @@ class ActorWorker(Worker):
             if not self.sharded:
                 self.policy.save_pretrained(path)
                 return path
-            from vla_infra.fsdp import full_state_dict
+            from vla_infra import full_state_dict
 
             weights = full_state_dict(self.policy)  # a collective: rank 0 keeps the full weights
         if self.rank == 0:

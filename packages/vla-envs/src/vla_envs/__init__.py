@@ -15,8 +15,10 @@ from vla_envs.base import (
     select_obs_rows,
     stack_obs,
 )
+from vla_envs.checks import check_env_config
 from vla_envs.config import EnvConfig, VideoConfig
 from vla_envs.demos import DEMO_ENV_TYPES, demo_settings, generate_demos, load_demos
+from vla_envs.evaluation import TaskGrouping, evaluation_table, format_evaluation_tables, task_grouping
 from vla_envs.factory import make_env
 from vla_envs.gl import configure_mujoco_gl
 from vla_envs.registry import list_env_types, list_tasks, register_env_type
@@ -34,12 +36,16 @@ __all__ = [
     "EnvConfig",
     "SimulatorUnavailable",
     "StepResult",
+    "TaskGrouping",
     "VideoConfig",
     "__version__",
     "check_actions",
+    "check_env_config",
     "configure_mujoco_gl",
     "demo_settings",
     "empty_episode_metrics",
+    "evaluation_table",
+    "format_evaluation_tables",
     "generate_demos",
     "list_env_types",
     "list_tasks",
@@ -49,4 +55,5 @@ __all__ = [
     "register_env_type",
     "select_obs_rows",
     "stack_obs",
+    "task_grouping",
 ]

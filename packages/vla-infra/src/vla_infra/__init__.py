@@ -85,6 +85,9 @@ _EXPORTS.update(
         "capture_rng_state": "vla_infra.checkpoint",
         "restore_rng_state": "vla_infra.checkpoint",
         "LoadedCheckpoint": "vla_infra.checkpoint",
+        "COMPLETE_MARKER": "vla_infra.checkpoint",
+        "MANIFEST": "vla_infra.checkpoint",
+        "checkpoint_problem": "vla_infra.checkpoint",
         # metric logging
         "MetricLogger": "vla_infra.logging",
         "StepTimer": "vla_infra.logging",

@@ -98,7 +98,7 @@ def _env_config(
 
 def _check_adapter_settings(env: EnvConfig, prefix: str) -> list[str]:
     """The adapter's own checks (task sets, cameras, `extra` keys, ...), run without building a simulator."""
-    from vla_envs.checks import check_env_config
+    from vla_envs import check_env_config
 
     try:
         check_env_config(env)

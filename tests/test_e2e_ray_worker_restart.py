@@ -20,15 +20,6 @@ pytest.importorskip("metaworld", reason="runs real MetaWorld (vla-envs[metaworld
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture
-def no_running_ray():
-    if ray.is_initialized():
-        ray.shutdown()
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 def _pid(group, rank: int = 0) -> int:
     return int(group.execute_rank(rank, "ping")["pid"])
 

@@ -16,15 +16,6 @@ pytest.importorskip("metaworld", reason="runs real MetaWorld (vla-envs[metaworld
 ray = pytest.importorskip("ray")
 
 
-@pytest.fixture
-def no_running_ray():
-    if ray.is_initialized():
-        ray.shutdown()
-    yield
-    if ray.is_initialized():
-        ray.shutdown()
-
-
 def test_ppo_through_ray_workers(tmp_path: Path, no_running_ray) -> None:
     log_dir = tmp_path / "ray"
     summary = run_train(

@@ -319,9 +319,8 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             timings["time/step"] = time.time() - t_epoch
             metrics = {**train_metrics, **adv.stats, **env_metrics(batch), **env_fault_metrics(w), **timings}
             metrics["env/env_steps"] = float(state["env_steps"])
-            metrics["cluster/actor_restarts"] = float(
-                w.worker_restarts
-            )  # dead env / rollout Ray actors replaced
+            # dead env / rollout Ray actors replaced so far
+            metrics["cluster/actor_restarts"] = float(w.worker_restarts)
             logger.log(metrics, step=epoch + 1)
             state["history"].append(
                 {

@@ -20,11 +20,10 @@ OFFLOAD = ["actor.enable_offload=true", "rollout.enable_offload=true"]
 
 def test_offload_state_at_phase_boundaries(tmp_path: Path) -> None:
     """Drive one iteration's phases by hand (as runner.run does) and ask the workers where their tensors are."""
-    from train_embodied.advantages import compute_advantages
+    from train_embodied.advantages import compute_advantages, flatten_for_update
     from train_embodied.config import load_train_config
     from train_embodied.rollout import collect_rollout
     from train_embodied.run_workers import RunWorkers
-    from train_embodied.runner import flatten_for_update
 
     tc = load_train_config("metaworld_ppo_tiny_cpu", [*RUN, *OFFLOAD, f"runner.logger.log_dir={tmp_path}"])
     actor_off = {"model": True, "optimizer": True}

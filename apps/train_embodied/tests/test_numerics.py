@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
 from train_embodied.numerics import (
     SKIPPED_MINIBATCHES,
@@ -22,7 +23,7 @@ from train_embodied.update import UpdateSettings, ppo_update
 N = 48
 
 
-def _policy_and_batch() -> tuple[torch.nn.Module, dict]:
+def _policy_and_batch() -> tuple[torch.nn.Module, SampleBatch]:
     torch.manual_seed(0)
     section = ModelSection(image_size=32, extra={"patch_size": 16, "hidden_size": 64})
     policy = build_policy_for_run(section, None)
@@ -35,15 +36,15 @@ def _policy_and_batch() -> tuple[torch.nn.Module, dict]:
     }
     with torch.no_grad():
         out = policy.predict(obs, mode="sample")
-    return policy, {
-        "forward_inputs": out.forward_inputs,
-        "old_logprobs": out.logprobs,
-        "advantages": torch.randn(N, generator=torch.Generator().manual_seed(0)),
-        "mask": torch.ones(N, dtype=torch.bool),
-        "action_mask": torch.ones(N, 1, dtype=torch.bool),
-        "old_values": out.values,
-        "returns": torch.rand(N),
-    }
+    return policy, SampleBatch(
+        forward_inputs=out.forward_inputs,
+        old_logprobs=out.logprobs,
+        advantages=torch.randn(N, generator=torch.Generator().manual_seed(0)),
+        mask=torch.ones(N, dtype=torch.bool),
+        action_mask=torch.ones(N, 1, dtype=torch.bool),
+        old_values=out.values,
+        returns=torch.rand(N),
+    )
 
 
 def _settings() -> UpdateSettings:
@@ -74,8 +75,8 @@ def test_nonfinite_loss_skips_every_step_and_leaves_weights_and_optimizer_untouc
     opt = build_optimizer(policy, OptimSection(lr=1e-3, value_lr=1e-3))
     before = _params(policy)
     steps_before = {id(p): float(st["step"]) for p, st in opt.state.items() if "step" in st}
-    batch["advantages"] = batch["advantages"].clone()
-    batch["advantages"][:] = float("nan")  # reaches the loss of every minibatch
+    batch.advantages = batch.advantages.clone()
+    batch.advantages[:] = float("nan")  # reaches the loss of every minibatch
     metrics = _run(policy, batch, opt)
     assert metrics[SKIPPED_MINIBATCHES] == 1.0
     after = _params(policy)
@@ -88,8 +89,8 @@ def test_nonfinite_loss_skips_every_step_and_leaves_weights_and_optimizer_untouc
 def test_one_bad_minibatch_is_skipped_and_the_others_train() -> None:
     policy, batch = _policy_and_batch()
     opt = build_optimizer(policy, OptimSection(lr=1e-3, value_lr=1e-3))
-    batch["returns"] = batch["returns"].clone()
-    batch["returns"][0] = float("inf")  # one sample: the minibatches holding it (one per pass) are skipped
+    batch.returns = batch.returns.clone()
+    batch.returns[0] = float("inf")  # one sample: the minibatches holding it (one per pass) are skipped
     metrics = _run(policy, batch, opt)
     passes, per_pass = 2, N // 16
     assert metrics[SKIPPED_MINIBATCHES] == pytest.approx(passes / (passes * per_pass))
@@ -112,11 +113,23 @@ def test_finite_step_checks_grad_norm_and_loss() -> None:
 def test_nonfinite_inputs_are_named_and_masked_rows_ignored() -> None:
     adv = torch.tensor([0.0, float("nan"), 1.0, float("inf")])
     mask = torch.tensor([True, True, True, False])
-    samples = {"advantages": adv, "returns": torch.zeros(4), "mask": mask}
+    samples = SampleBatch(
+        forward_inputs={},
+        old_logprobs=torch.zeros(4, 1, 1),
+        advantages=adv,
+        mask=mask,
+        returns=torch.zeros(4),
+    )
     assert nonfinite_inputs(samples) == ["advantages (1 of 3)"]
-    samples["mask"] = torch.ones(4, dtype=torch.bool)
+    samples.mask = torch.ones(4, dtype=torch.bool)
     assert nonfinite_inputs(samples) == ["advantages (2 of 4)"]
-    assert nonfinite_inputs({"advantages": torch.zeros(3), "mask": torch.ones(3, dtype=torch.bool)}) == []
+    ok = SampleBatch(
+        forward_inputs={},
+        old_logprobs=torch.zeros(3, 1, 1),
+        advantages=torch.zeros(3),
+        mask=torch.ones(3, dtype=torch.bool),
+    )
+    assert nonfinite_inputs(ok) == []
 
 
 def test_a_run_of_skipped_updates_ends_the_run_with_one_message(capsys) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 
+from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
 from train_embodied.policy_io import build_optimizer, build_policy_for_run
 from train_embodied.update import UpdateSettings, ppo_update
@@ -23,7 +26,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _policy_and_batch(seed: int = 0, num_action_chunks: int = 1) -> tuple[torch.nn.Module, dict]:
+def _policy_and_batch(seed: int = 0, num_action_chunks: int = 1) -> tuple[torch.nn.Module, SampleBatch]:
     torch.manual_seed(seed)
     section = ModelSection(
         image_size=32,
@@ -40,15 +43,15 @@ def _policy_and_batch(seed: int = 0, num_action_chunks: int = 1) -> tuple[torch.
     }
     with torch.no_grad():
         out = policy.predict(obs, mode="sample")
-    batch = {
-        "forward_inputs": out.forward_inputs,
-        "old_logprobs": out.logprobs,
-        "advantages": torch.randn(N, generator=torch.Generator().manual_seed(seed)),
-        "mask": torch.ones(N, dtype=torch.bool),
-        "action_mask": torch.ones(N, 1, dtype=torch.bool),
-        "old_values": out.values,
-        "returns": torch.rand(N),
-    }
+    batch = SampleBatch(
+        forward_inputs=out.forward_inputs,
+        old_logprobs=out.logprobs,
+        advantages=torch.randn(N, generator=torch.Generator().manual_seed(seed)),
+        mask=torch.ones(N, dtype=torch.bool),
+        action_mask=torch.ones(N, 1, dtype=torch.bool),
+        old_values=out.values,
+        returns=torch.rand(N),
+    )
     return policy, batch
 
 
@@ -109,12 +112,12 @@ def test_uniform_sample_weights_change_nothing() -> None:
     policy, batch = _policy_and_batch()
     plain, _ = _update(policy, batch, _settings())
     policy, batch = _policy_and_batch()
-    weighted, _ = _update(policy, {**batch, "sample_weight": torch.ones(N)}, _settings())
+    weighted, _ = _update(policy, dataclasses.replace(batch, sample_weight=torch.ones(N)), _settings())
     assert weighted["train/actor/policy_loss"] == pytest.approx(plain["train/actor/policy_loss"], rel=1e-5)
     # non-uniform weights change the loss
     policy, batch = _policy_and_batch()
     w = torch.linspace(0.1, 1.9, N)
-    other, _ = _update(policy, {**batch, "sample_weight": w}, _settings())
+    other, _ = _update(policy, dataclasses.replace(batch, sample_weight=w), _settings())
     assert other["train/actor/policy_loss"] != pytest.approx(plain["train/actor/policy_loss"], rel=1e-3)
 
 
@@ -132,12 +135,12 @@ def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weight
     results = {}
     for micro in (16, 1):
         policy, batch = _policy_and_batch(num_action_chunks=2)
-        batch = {
-            **batch,
-            **({"sample_weight": w} if weighted else {}),
-            "action_mask": action_mask,
-            "advantages": torch.randn(N, 2, generator=torch.Generator().manual_seed(2)) * action_mask,
-        }
+        batch = dataclasses.replace(
+            batch,
+            sample_weight=w if weighted else None,
+            action_mask=action_mask,
+            advantages=torch.randn(N, 2, generator=torch.Generator().manual_seed(2)) * action_mask,
+        )
         s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
         results[micro], _ = _update(policy, batch, s)
     for key in (

@@ -10,9 +10,11 @@ its positions). Output advantages are [T, B] (chunk level) or [T, B, C] (action 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection
 from train_embodied.rollout import RolloutBatch
 from vla_algos import (
@@ -95,4 +97,21 @@ def compute_advantages(batch: RolloutBatch, algo: AlgorithmSection) -> Advantage
         action_mask=action_mask,
         stats=stats,
         sample_weight=weight,
+    )
+
+
+def flatten_for_update(batch: RolloutBatch, adv: Any) -> SampleBatch:
+    """[T, B, ...] rollout tensors -> [N = T * B, ...] samples for the actor."""
+    t, b = adv.loss_mask.shape
+    assert batch.logprobs is not None, "the rollout's model-side fields are needed to train on it"
+    with_critic = adv.returns is not None and batch.values is not None
+    return SampleBatch(
+        forward_inputs={k: v.reshape(t * b, *v.shape[2:]) for k, v in batch.forward_inputs.items()},
+        old_logprobs=batch.logprobs.reshape(t * b, *batch.logprobs.shape[2:]),
+        advantages=adv.advantages.reshape(t * b, *adv.advantages.shape[2:]),
+        mask=adv.loss_mask.reshape(-1),
+        action_mask=adv.action_mask.reshape(t * b, -1),
+        sample_weight=None if adv.sample_weight is None else adv.sample_weight.reshape(-1),
+        old_values=batch.values.reshape(-1) if with_critic else None,
+        returns=adv.returns.reshape(-1) if with_critic else None,
     )

@@ -50,3 +50,28 @@ class EnvStep:
     final_mask: np.ndarray
     episode_metrics: dict[str, np.ndarray]
     lost_mask: np.ndarray
+
+
+@dataclass
+class SampleBatch:
+    """N flattened decisions the actor trains on (rows of a rollout with their advantages), the update's input.
+
+    Attributes:
+        forward_inputs: what `policy.evaluate` needs, each tensor [N, ...].
+        old_logprobs: float32 [N, C, A] token log-probs at sampling time.
+        advantages: float32 [N] (chunk level) or [N, C] (action level).
+        mask: bool [N] decisions that enter the loss.
+        action_mask: bool [N, C] actions the env executed (or None: all).
+        sample_weight: float32 [N] per-decision loss weights of `loss_agg_mode` (None: uniform).
+        old_values: float32 [N] values at sampling time (None without a critic).
+        returns: float32 [N] value targets (None without a critic).
+    """
+
+    forward_inputs: dict[str, torch.Tensor]
+    old_logprobs: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    action_mask: torch.Tensor | None = None
+    sample_weight: torch.Tensor | None = None
+    old_values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None

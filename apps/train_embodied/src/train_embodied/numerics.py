@@ -12,10 +12,10 @@ NaN into the weights (and from there into every later rollout); a run of them en
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
 
 import torch
+
+from train_embodied.batches import SampleBatch
 
 #: Metric: fraction of this update's minibatches whose optimizer step was skipped (non-finite loss or gradients).
 SKIPPED_MINIBATCHES = "train/skipped_minibatch_fraction"
@@ -47,13 +47,13 @@ def finite_optimizer_step(
     return finite
 
 
-def nonfinite_inputs(samples: Mapping[str, Any]) -> list[str]:
+def nonfinite_inputs(samples: SampleBatch) -> list[str]:
     """Names of the update's input tensors (advantages, returns, old log-probs/values) holding NaN/inf, with
     how many entries, e.g. `["advantages (3 of 256)"]`; masked-out rows are not checked."""
-    mask = samples.get("mask")
+    mask = samples.mask
     bad = []
     for name in _CHECKED_INPUTS:
-        value = samples.get(name)
+        value = getattr(samples, name)
         if not isinstance(value, torch.Tensor) or not value.is_floating_point():
             continue
         rows = value[mask] if isinstance(mask, torch.Tensor) and mask.shape[0] == value.shape[0] else value

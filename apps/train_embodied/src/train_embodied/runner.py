@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from train_embodied import seeds
-from train_embodied.advantages import compute_advantages
+from train_embodied.advantages import compute_advantages, flatten_for_update
 from train_embodied.checkpointing import (
     drop_metrics_after,
     load_run_checkpoint,
@@ -51,24 +51,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def flatten_for_update(batch: RolloutBatch, adv: Any) -> dict[str, Any]:
-    """[T, B, ...] rollout tensors -> [N = T * B, ...] samples for the actor."""
-    t, b = adv.loss_mask.shape
-    out: dict[str, Any] = {
-        "forward_inputs": {k: v.reshape(t * b, *v.shape[2:]) for k, v in batch.forward_inputs.items()},
-        "old_logprobs": batch.logprobs.reshape(t * b, *batch.logprobs.shape[2:]),
-        "advantages": adv.advantages.reshape(t * b, *adv.advantages.shape[2:]),
-        "mask": adv.loss_mask.reshape(-1),
-        "action_mask": adv.action_mask.reshape(t * b, -1),
-    }
-    if adv.sample_weight is not None:
-        out["sample_weight"] = adv.sample_weight.reshape(-1)
-    if adv.returns is not None and batch.values is not None:
-        out["old_values"] = batch.values.reshape(-1)
-        out["returns"] = adv.returns.reshape(-1)
-    return out
 
 
 def env_metrics(batch: RolloutBatch) -> dict[str, float]:
@@ -309,10 +291,10 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             skips.record(epoch + 1, skipped, why)
             state["global_step"] = int(w.actor.global_steps())
             timings["time/actor_update"] = time.time() - t0
-            if "returns" in samples and not bad_inputs:
-                m = samples["mask"]
+            if samples.returns is not None and samples.old_values is not None and not bad_inputs:
+                m = samples.mask
                 train_metrics["train/critic/explained_variance"] = float(
-                    explained_variance(samples["old_values"][m], samples["returns"][m])
+                    explained_variance(samples.old_values[m], samples.returns[m])
                 )
 
             # ---- 4. log

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, OptimSection
 from train_embodied.numerics import finite_optimizer_step
 from train_embodied.sharding import all_reduce_sums, clip_grad_norm, num_micro_batches, rank_share
@@ -70,7 +71,7 @@ class UpdateSettings:
 def ppo_update(
     policy: Any,
     optimizer: torch.optim.Optimizer,
-    batch: dict[str, Any],
+    batch: SampleBatch,
     s: UpdateSettings,
     *,
     generator: torch.Generator,
@@ -84,11 +85,9 @@ def ppo_update(
     Args:
         policy: A vla_models policy (`evaluate(forward_inputs, compute_values=...)`).
         optimizer: Its optimizer.
-        batch: N samples: `forward_inputs` (dict of [N, ...]), `old_logprobs` [N, C, A], `advantages` [N] or
-            [N, C], `mask` bool [N], optional `action_mask` bool [N, C] (actions the env executed), optional
-            `sample_weight` float [N] (`loss_agg_mode=seq-mean-token-mean`: the policy loss of a minibatch is
-            its `sample_weight`-weighted mean, whatever the micro-batch / rank split), and with a critic
-            `old_values` [N], `returns` [N]. CPU tensors; each micro-batch goes to the policy's device.
+        batch: N samples (`SampleBatch`; with `sample_weight` (`loss_agg_mode=seq-mean-token-mean`) the policy
+            loss of a minibatch is its `sample_weight`-weighted mean, whatever the micro-batch / rank split). CPU
+            tensors; each micro-batch goes to the policy's device.
         s: Settings.
         generator: Shuffling generator.
         start_step: Policy-training optimizer steps taken before this call (the linear learning-rate warmup
@@ -108,7 +107,7 @@ def ppo_update(
     Returns:
         (mean metrics over minibatches, number of optimizer steps).
     """
-    idx_all = torch.nonzero(batch["mask"], as_tuple=False).squeeze(-1)
+    idx_all = torch.nonzero(batch.mask, as_tuple=False).squeeze(-1)
     n = len(idx_all)
     if n == 0:
         return {"train/actor/num_samples": 0.0}, 0
@@ -174,7 +173,7 @@ def set_warmup_lr(optimizer: torch.optim.Optimizer, step: int, warmup_steps: int
 
 def _micro_loss(
     policy: Any,
-    batch: dict[str, Any],
+    batch: SampleBatch,
     idx: torch.Tensor,
     s: UpdateSettings,
     *,
@@ -182,21 +181,23 @@ def _micro_loss(
     minibatch: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     loss_fn = get_policy_loss(s.loss_type)
-    fi = {k: v[idx] for k, v in batch["forward_inputs"].items()}
+    fi = {k: v[idx] for k, v in batch.forward_inputs.items()}
     logprobs, entropy, values = policy.evaluate(fi, compute_values=loss_fn.uses_critic)
     new_lp = reduce_logprobs(logprobs.float(), s.logprob_type)
     dev = new_lp.device  # the rollout arrives as CPU tensors; the policy may be on a GPU
 
-    def rows(key: str) -> torch.Tensor:
-        return batch[key][idx].to(dev)
+    def rows(value: torch.Tensor) -> torch.Tensor:
+        return value[idx].to(dev)
 
-    old_lp = reduce_logprobs(rows("old_logprobs"), s.logprob_type)
+    old_lp = reduce_logprobs(rows(batch.old_logprobs), s.logprob_type)
     # actions after an episode's end inside a chunk were never executed: no ratio, no entropy for them
-    action_mask = rows("action_mask") if "action_mask" in batch else None
-    adv = advantages_per_ratio(rows("advantages"), new_lp.ndim, action_mask)
+    action_mask = rows(batch.action_mask) if batch.action_mask is not None else None
+    adv = advantages_per_ratio(rows(batch.advantages), new_lp.ndim, action_mask)
     lp_mask = action_mask if action_mask is not None and new_lp.ndim >= 2 else None
-    if "sample_weight" in batch:  # loss_agg_mode weights: per-decision, e.g. every episode counts the same
-        w = rows("sample_weight")
+    if (
+        batch.sample_weight is not None
+    ):  # loss_agg_mode weights: per-decision, e.g. every episode counts the same
+        w = rows(batch.sample_weight)
         w = w.reshape(w.shape + (1,) * (lp_mask.ndim - 1)) * lp_mask if lp_mask is not None else w
         lp_mask = w
     # the loss is a (weighted) mean over this micro-batch and the caller scales by len(micro) / len(mb):
@@ -209,8 +210,8 @@ def _micro_loss(
         policy_share = weight_share(
             *(
                 sample_loss_weights(
-                    batch["sample_weight"][i] if "sample_weight" in batch else None,
-                    batch["action_mask"][i] if "action_mask" in batch else None,
+                    batch.sample_weight[i] if batch.sample_weight is not None else None,
+                    batch.action_mask[i] if batch.action_mask is not None else None,
                     per_action=per_action,
                     num=len(i),
                 )
@@ -218,11 +219,18 @@ def _micro_loss(
             )
         ).to(dev)
     if action_mask is not None:  # the entropy is a mean over the minibatch's executed actions
-        counts = [batch["action_mask"][i].flatten(1).sum(-1).float() for i in (idx, mb)]
+        counts = [batch.action_mask[i].flatten(1).sum(-1).float() for i in (idx, mb)]
         entropy_share = weight_share(*counts).to(dev)
     critic = {}
     if loss_fn.uses_critic:
-        critic = {"values": values.float(), "old_values": rows("old_values"), "returns": rows("returns")}
+        assert batch.old_values is not None and batch.returns is not None, (
+            "a critic loss needs values and returns"
+        )
+        critic = {
+            "values": values.float(),
+            "old_values": rows(batch.old_values),
+            "returns": rows(batch.returns),
+        }
     loss, lm = loss_fn(
         logprobs=new_lp,
         old_logprobs=old_lp,

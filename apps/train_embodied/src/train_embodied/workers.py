@@ -2,8 +2,8 @@
 
 They are vla_infra `Worker`s, so the same classes run in-process (LocalBackend) or as Ray actors
 (RayBackend); `@register` says how a group call splits its inputs across ranks. Data crossing a worker
-boundary is numpy / torch in typed batches (`train_embodied.batches`), observation dicts, and the update's
-sample dict (picklable for Ray).
+boundary is numpy / torch in typed batches (`train_embodied.batches`: a `Prediction`, an `EnvStep`, the update's
+`SampleBatch`) and observation dicts (picklable for Ray).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from train_embodied.batches import EnvStep, Prediction
+from train_embodied.batches import EnvStep, Prediction, SampleBatch
 from train_embodied.config.sections import (
     AlgorithmSection,
     FSDPSection,
@@ -407,7 +407,7 @@ class ActorWorker(Worker):
             raise
 
     @register("one_to_all", collect="first")
-    def update(self, batch: dict[str, Any], seed: int, train_policy: bool = True) -> dict[str, float]:
+    def update(self, batch: SampleBatch, seed: int, train_policy: bool = True) -> dict[str, float]:
         """Run `update_epoch` passes of minibatch PPO/GRPO over the rollout `batch` (see update.ppo_update).
 
         `seed` re-seeds the minibatch shuffling, so a resumed run shuffles exactly as an uninterrupted one;

@@ -16,6 +16,7 @@ for every estimator.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -177,7 +178,12 @@ def grpo_estimator(
 
 
 def normalize_advantages(
-    advantages: torch.Tensor, loss_mask: torch.Tensor, action_mask: torch.Tensor, *, whiten: bool
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    action_mask: torch.Tensor,
+    *,
+    whiten: bool,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Whiten (optionally) over the decisions and executed actions that enter the loss, then zero the
     advantages of actions the env never executed (action level).
@@ -187,13 +193,15 @@ def normalize_advantages(
         loss_mask: bool ``[T, B]``.
         action_mask: bool ``[T, B, C]`` (:func:`vla_algos.executed_action_mask` of the done flags).
         whiten: subtract the masked mean and divide by the masked std.
+        all_reduce: the rollout is spread over data-parallel ranks: sums a tensor over them, so the whitening
+            statistics are those of the whole rollout (:func:`vla_algos.masked_whiten`).
 
     Returns:
         Advantages of the same shape.
     """
-    if whiten and loss_mask.any():
+    if whiten and (all_reduce is not None or loss_mask.any()):
         mask = loss_mask if advantages.ndim == 2 else loss_mask[..., None] & action_mask
-        advantages = masked_whiten(advantages, mask)
+        advantages = masked_whiten(advantages, mask, all_reduce=all_reduce)
     if advantages.ndim == 3:  # action level: advantages of unexecuted actions are meaningless
         advantages = advantages * action_mask
     return advantages

@@ -6,6 +6,8 @@ NaN *inputs* of a differentiable op still give NaN gradients upstream, so keep p
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from vla_algos._checks import check_tensor, expand_leading
@@ -76,7 +78,12 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor | None = None, *, unbiased: b
 
 
 def masked_whiten(
-    x: torch.Tensor, mask: torch.Tensor | None = None, *, shift_mean: bool = True, eps: float = 1e-8
+    x: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    shift_mean: bool = True,
+    eps: float = 1e-8,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Normalise ``x`` by the mean and (unbiased) standard deviation of its masked entries.
 
@@ -85,14 +92,41 @@ def masked_whiten(
         mask: ``[*S]`` or a leading part of it; None means all entries.
         shift_mean: subtract the mean (False: only divide by the std, keeping the mean).
         eps: added to the variance before the square root.
+        all_reduce: sums a float64 tensor over the processes that each hold a part of the data (data-parallel
+            ranks); the mean and variance are then those of every part's masked entries together. None: this
+            process holds all of it.
 
     Returns:
         ``[*S]``: ``(x - mean) / sqrt(var + eps)``, plus ``mean`` again when ``shift_mean`` is False (scale
         only). Every entry is transformed; the statistics come from the masked entries only.
     """
-    mean = masked_mean(x, mask)
-    var = masked_var(x, mask)
+    if all_reduce is None:
+        mean = masked_mean(x, mask)
+        var = masked_var(x, mask)
+    else:
+        stats = _all_reduced_mean_var(x, mask, all_reduce)
+        if stats is None:  # no masked entry on any process: nothing to whiten with
+            return x
+        mean, var = stats
     whitened = (x - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         whitened = whitened + mean
     return whitened
+
+
+def _all_reduced_mean_var(
+    x: torch.Tensor, mask: torch.Tensor | None, all_reduce: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Masked mean and unbiased variance over every process's part (None: no masked entry anywhere) (two reductions: sums, then squared
+    deviations from the common mean, as ``masked_var`` computes them on one part)."""
+    m = _mask_like("masked_whiten", x, mask)
+    w = torch.ones_like(x) if m is None else torch.broadcast_to(m, x.shape).to(x.dtype)
+    sums = all_reduce(torch.stack([(x * w).sum(), w.sum()]).double())
+    n = sums[1]
+    if float(n) == 0:
+        return None
+    mean = (sums[0] / n.clamp_min(1.0)).to(x.dtype)
+    sq = all_reduce((((x - mean) ** 2) * w).sum().double().reshape(1))[0]
+    var = sq / n.clamp_min(1.0)
+    var = torch.where(n > 1, var * n / (n - 1).clamp_min(1.0), var)
+    return mean, var.to(x.dtype)

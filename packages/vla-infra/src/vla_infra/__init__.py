@@ -23,6 +23,7 @@ _EXPORTS: dict[str, str] = {
     "DISPATCH_MODES": "vla_infra.workers.dispatch",
     "COLLECT_MODES": "vla_infra.workers.dispatch",
     "concat_values": "vla_infra.workers.dispatch",
+    "unit_bounds": "vla_infra.workers.dispatch",
     "WorkerGroup": "vla_infra.workers.group",
     "GroupFuture": "vla_infra.workers.group",
     "WorkerLost": "vla_infra.workers.group",

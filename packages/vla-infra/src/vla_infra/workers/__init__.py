@@ -7,6 +7,7 @@ from vla_infra.workers.dispatch import (
     concat_values,
     register,
     split_value,
+    unit_bounds,
 )
 from vla_infra.workers.factory import BACKENDS, make_backend
 from vla_infra.workers.group import GroupFuture, GroupMethod, WorkerGroup, WorkerLost, wait_all
@@ -40,5 +41,6 @@ __all__ = [
     "make_backend",
     "register",
     "split_value",
+    "unit_bounds",
     "wait_all",
 ]

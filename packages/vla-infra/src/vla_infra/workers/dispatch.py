@@ -11,6 +11,12 @@ split          chunk ``i`` of every splittable argument      ``concat``
                those, split along dim 0; all must have the
                same leading size); other arguments
                (ints, strings, None, ...) unchanged
+dp_split       rank ``i``'s data-parallel share: like         ``concat``
+               ``split``, but a record (dataclass) with an
+               int field ``split_unit`` is cut only between
+               whole units of that many rows (a group that
+               must stay on one rank); refused when a rank
+               would get no unit
 rank_zero      only rank 0 runs, with the arguments          ``first``
 =============  ===========================================  ==================================
 
@@ -42,12 +48,13 @@ def _is_tensor(value: Any) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-DISPATCH_MODES: tuple[str, ...] = ("one_to_all", "all_to_all", "split", "rank_zero")
+DISPATCH_MODES: tuple[str, ...] = ("one_to_all", "all_to_all", "split", "dp_split", "rank_zero")
 COLLECT_MODES: tuple[str, ...] = ("list", "concat", "first", "none")
 DEFAULT_COLLECT: dict[str, str] = {
     "one_to_all": "list",
     "all_to_all": "list",
     "split": "concat",
+    "dp_split": "concat",
     "rank_zero": "first",
 }
 
@@ -84,6 +91,28 @@ def _chunk_bounds(length: int, world_size: int) -> list[tuple[int, int]]:
     return bounds
 
 
+def unit_bounds(
+    length: int, world_size: int, *, unit: int = 1, name: str = "argument"
+) -> list[tuple[int, int]]:
+    """Contiguous row ranges, one per rank, cut only between whole units of ``unit`` rows (data-parallel shares:
+    e.g. a GRPO group of ``unit`` rows stays on one rank). Unit counts per rank differ by at most one.
+
+    Raises:
+        ValueError: ``length`` is not a whole number of units, or there are fewer units than ranks.
+    """
+    if unit < 1 or length % unit:
+        raise ValueError(
+            f"cannot split {name!r}: {length} rows are not a whole number of units of {unit} rows"
+        )
+    units = length // unit
+    if units < world_size:
+        raise ValueError(
+            f"cannot split {name!r} over {world_size} ranks: it has {units} unit(s) of {unit} rows and a unit "
+            f"(e.g. a group) must stay on one rank; give it at least {world_size} units or use fewer ranks"
+        )
+    return [(a * unit, b * unit) for a, b in _chunk_bounds(units, world_size)]
+
+
 def split_value(value: Any, world_size: int, *, name: str = "argument") -> list[Any]:
     """Split one value along its leading dimension into ``world_size`` contiguous chunks.
 
@@ -100,18 +129,29 @@ def split_value(value: Any, world_size: int, *, name: str = "argument") -> list[
     Raises:
         ValueError: if a dict's splittable values have different leading sizes.
     """
+    return _split_value(value, world_size, name=name, unit=None)
+
+
+def _split_value(value: Any, world_size: int, *, name: str, unit: int | None) -> list[Any]:
+    """``split_value``; with ``unit`` set (``dp_split``) the cuts fall between whole units of ``unit`` rows."""
     if not _is_splittable(value):
         return [value] * world_size
     if _is_record(value):
-        chunks = split_value(_fields(value), world_size, name=name)
+        fields = _fields(value)
+        if unit is not None:
+            unit = int(fields.get("split_unit", 1))
+        chunks = _split_value(fields, world_size, name=name, unit=unit)
         return [dataclasses.replace(value, **c) for c in chunks]
     if isinstance(value, dict):
         lengths = {k: _leading(v) for k, v in value.items() if _is_splittable(v)}
         if len(set(lengths.values())) > 1:
             raise ValueError(f"cannot split {name!r}: its entries have different leading sizes {lengths}")
-        parts = {k: split_value(v, world_size, name=f"{name}[{k!r}]") for k, v in value.items()}
+        parts = {k: _split_value(v, world_size, name=f"{name}[{k!r}]", unit=unit) for k, v in value.items()}
         return [{k: parts[k][i] for k in value} for i in range(world_size)]
-    bounds = _chunk_bounds(_leading(value), world_size)
+    if unit is not None:
+        bounds = unit_bounds(_leading(value), world_size, unit=unit, name=name)
+    else:
+        bounds = _chunk_bounds(_leading(value), world_size)
     return [value[a:b] for a, b in bounds]
 
 
@@ -170,7 +210,7 @@ def dispatch_args(mode: str, world_size: int, args: tuple, kwargs: dict) -> list
         return [
             (r, tuple(a[r] for a in args), {k: v[r] for k, v in kwargs.items()}) for r in range(world_size)
         ]
-    if mode == "split":
+    if mode in ("split", "dp_split"):
         # arguments split independently must have one batch size, or rank i would get mismatched rows
         sizes = {
             str(key): _leading(value)
@@ -182,8 +222,9 @@ def dispatch_args(mode: str, world_size: int, args: tuple, kwargs: dict) -> list
                 f"dispatch 'split': the split arguments have different leading sizes {sizes}; "
                 "they must share one batch size"
             )
-        split_args = [split_value(a, world_size, name=str(i)) for i, a in enumerate(args)]
-        split_kwargs = {k: split_value(v, world_size, name=k) for k, v in kwargs.items()}
+        unit = 1 if mode == "dp_split" else None
+        split_args = [_split_value(a, world_size, name=str(i), unit=unit) for i, a in enumerate(args)]
+        split_kwargs = {k: _split_value(v, world_size, name=k, unit=unit) for k, v in kwargs.items()}
         return [
             (r, tuple(a[r] for a in split_args), {k: v[r] for k, v in split_kwargs.items()})
             for r in range(world_size)

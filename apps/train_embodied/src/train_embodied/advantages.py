@@ -9,7 +9,8 @@ its positions). Output advantages are [T, B] (chunk level) or [T, B, C] (action 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -31,7 +32,8 @@ class Advantages:
     """advantages [T, B] or [T, B, C]; returns [T, B] value targets (None without a critic);
     loss_mask bool [T, B]; action_mask bool [T, B, C]: actions the env executed (an episode that ends inside
     a chunk ignores the chunk's later actions: they get no gradient); stats for logging; sample_weight [T, B]
-    per-decision loss weights of `loss_agg_mode` (None: uniform)."""
+    per-decision loss weights of `loss_agg_mode` (None: uniform); stat_weights: how many entries each of `stats`
+    averages (to join the stats of a rollout spread over data-parallel ranks)."""
 
     advantages: torch.Tensor
     returns: torch.Tensor | None
@@ -39,10 +41,19 @@ class Advantages:
     action_mask: torch.Tensor
     stats: dict[str, float]
     sample_weight: torch.Tensor | None = None
+    stat_weights: dict[str, float] = field(default_factory=dict)
 
 
-def compute_advantages(batch: RolloutBatch, algo: AlgorithmSection) -> Advantages:
-    """Advantages, value targets and the loss mask of one rollout (see module docstring)."""
+def compute_advantages(
+    batch: RolloutBatch,
+    algo: AlgorithmSection,
+    *,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> Advantages:
+    """Advantages, value targets and the loss mask of one rollout (see module docstring).
+
+    `all_reduce`: `batch` is one data-parallel rank's whole rows of the rollout; it sums a tensor over the ranks so
+    that whitening uses the statistics of the whole rollout (the estimators themselves need only whole rows)."""
     estimator = get_advantage_estimator(algo.adv_type)
     if estimator.needs_values and batch.values is None:
         raise ValueError(
@@ -66,7 +77,7 @@ def compute_advantages(batch: RolloutBatch, algo: AlgorithmSection) -> Advantage
     stats = {f"rollout/{k}": v for k, v in est.stats.items()}
     action_mask = rollout_action_mask(batch.terminated, batch.truncated)
     advantages = normalize_advantages(
-        est.advantages, loss_mask, action_mask, whiten=algo.normalize_advantages
+        est.advantages, loss_mask, action_mask, whiten=algo.normalize_advantages, all_reduce=all_reduce
     )
     sel_mask = loss_mask if advantages.ndim == 2 else loss_mask[..., None] & action_mask
     sel = advantages[sel_mask] if sel_mask.any() else advantages.reshape(-1)[:1] * 0
@@ -79,7 +90,18 @@ def compute_advantages(batch: RolloutBatch, algo: AlgorithmSection) -> Advantage
             "rollout/num_samples": float(loss_mask.sum()),
         }
     )
+    rows = float(batch.rewards.shape[1])
+    weights = {k: rows for k in stats}  # the estimator's own statistics: per env row
+    weights.update(
+        {
+            "rollout/advantages_mean": float(sel_mask.sum()),
+            "rollout/advantages_max": float(sel_mask.sum()),
+            "rollout/advantages_min": float(sel_mask.sum()),
+            "rollout/rewards": float(batch.loss_mask.sum()),
+        }
+    )
     if est.returns is not None:
+        weights.update({f"rollout/returns_{k}": float(loss_mask.sum()) for k in ("mean", "max", "min")})
         r = est.returns[loss_mask]
         stats.update(
             {
@@ -97,6 +119,7 @@ def compute_advantages(batch: RolloutBatch, algo: AlgorithmSection) -> Advantage
         action_mask=action_mask,
         stats=stats,
         sample_weight=weight,
+        stat_weights=weights,
     )
 
 

@@ -17,13 +17,15 @@ class Prediction:
 
     Attributes:
         actions: float32 [B, C, A] actions to execute (C = action chunk).
-        logprobs: float32 [B, C, A] log-probabilities of the sampled action tokens.
-        values: float32 [B] V(obs), or None for a policy without a value head.
-        forward_inputs: what `policy.evaluate` needs to recompute the log-probs, each tensor [B, ...].
+        logprobs: float32 [B, C, A] log-probabilities of the sampled action tokens (None when the rollout ranks
+            kept them for the actor: `train_embodied.trajectories`).
+        values: float32 [B] V(obs), or None for a policy without a value head (or kept, as `logprobs`).
+        forward_inputs: what `policy.evaluate` needs to recompute the log-probs, each tensor [B, ...] (empty when
+            kept, as `logprobs`).
     """
 
     actions: torch.Tensor
-    logprobs: torch.Tensor
+    logprobs: torch.Tensor | None
     values: torch.Tensor | None
     forward_inputs: dict[str, torch.Tensor]
 

@@ -27,6 +27,8 @@ class RolloutBatch:
         forward_inputs: dict of tensors [T, B, ...]: what `policy.evaluate` needs.
         logprobs: float32 [T, B, C, A] token log-probs at sampling time.
         values: float32 [T, B] value estimates at sampling time (None without a value head).
+        (The three are empty / None in a rollout whose model side the rollout ranks kept for the actor:
+        `collect_rollout(record_rows_from=...)`, `train_embodied.trajectories`.)
         rewards: float32 [T, B, C].
         terminated, truncated: bool [T, B, C].
         final_values: float32 [T, B] V(final observation) of episodes truncated at decision t, else 0
@@ -40,7 +42,7 @@ class RolloutBatch:
     """
 
     forward_inputs: dict[str, torch.Tensor]
-    logprobs: torch.Tensor
+    logprobs: torch.Tensor | None
     values: torch.Tensor | None
     rewards: torch.Tensor
     terminated: torch.Tensor
@@ -79,6 +81,7 @@ def collect_rollout(
     progress: bool = False,
     desc: str = "rollout",
     weight_version: int | None = None,
+    record_rows_from: int | None = None,
 ) -> RolloutBatch:
     """Reset every env stage, then run `num_decisions` policy decisions on each.
 
@@ -94,10 +97,14 @@ def collect_rollout(
         desc: Progress bar label.
         weight_version: The weight version the run last synced; a rollout rank holding another refuses to
             generate (StaleWeightsError).
+        record_rows_from: The global id of this rollout's first env row: the rollout ranks keep the model side of
+            every decision (`RolloutWorker.hand_over` gives it to the actor ranks) and the returned batch has only
+            the env side. None: everything comes back here.
     """
     num_stages = len(env_stages)
     obs = [env_stages[s].reset(**reset_kwargs[s]) for s in range(num_stages)]
     sizes = [len(o["task_descriptions"]) for o in obs]
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     b_total = sum(sizes)
     steps: list[dict[str, Any]] = []
     ended_once = np.zeros(b_total, dtype=bool)
@@ -109,7 +116,8 @@ def collect_rollout(
         # Pipeline: the policy acts on stage s while the simulators of stage s-1 are still stepping.
         outs, futures = [], []
         for s in range(num_stages):
-            out = rollout.predict(obs[s], mode="sample", weight_version=weight_version)
+            rows = None if record_rows_from is None else record_rows_from + starts[s] + np.arange(sizes[s])
+            out = rollout.predict(obs[s], mode="sample", weight_version=weight_version, rows=rows)
             outs.append(out)
             futures.append(env_stages[s].chunk_step.submit(out.actions.numpy()))
         results = [f.result() for f in futures]
@@ -151,9 +159,10 @@ def _merge_step(outs: list[Prediction], results: list[EnvStep], sizes: list[int]
         return np.concatenate([np.asarray(getattr(r, key)) for r in results])
 
     values = None if outs[0].values is None else torch.cat([o.values for o in outs])
+    kept = outs[0].logprobs is None  # the rollout ranks kept the model side
     return {
-        "forward_inputs": concat_forward_inputs([o.forward_inputs for o in outs]),
-        "logprobs": torch.cat([o.logprobs for o in outs]),
+        "forward_inputs": {} if kept else concat_forward_inputs([o.forward_inputs for o in outs]),
+        "logprobs": None if kept else torch.cat([o.logprobs for o in outs]),  # type: ignore[misc]
         "values": values,
         "rewards": cat("rewards").astype(np.float32),
         "terminated": cat("terminated"),
@@ -179,7 +188,7 @@ def _stack(
     decisions = pad_prompts([s["forward_inputs"] for s in steps])
     return RolloutBatch(
         forward_inputs={k: torch.stack([d[k] for d in decisions]) for k in decisions[0]},
-        logprobs=torch.stack([s["logprobs"] for s in steps]),
+        logprobs=None if steps[0]["logprobs"] is None else torch.stack([s["logprobs"] for s in steps]),
         values=None if steps[0]["values"] is None else torch.stack([s["values"] for s in steps]),
         rewards=torch.as_tensor(np.stack([s["rewards"] for s in steps])),
         terminated=torch.as_tensor(np.stack([s["terminated"] for s in steps])),
@@ -213,10 +222,10 @@ def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
     """
     if len(batches) == 1:
         return batches[0]
-    t = max(b.logprobs.shape[0] for b in batches)
+    t = max(b.rewards.shape[0] for b in batches)
     for b in batches:
         ended = (b.terminated | b.truncated).any(-1).any(0)
-        if b.logprobs.shape[0] < t and not bool(ended.all()):
+        if b.rewards.shape[0] < t and not bool(ended.all()):
             # only a rollout whose every episode ended stops early: nothing after its end is bootstrapped
             raise ValueError("concat_rollouts: a shorter rollout has episodes that never ended")
 
@@ -229,7 +238,7 @@ def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
     first = [b.first_scores for b in batches]
     return RolloutBatch(
         forward_inputs=forward_inputs,
-        logprobs=cat(lambda b: b.logprobs),
+        logprobs=None if batches[0].logprobs is None else cat(lambda b: b.logprobs),
         values=None if batches[0].values is None else cat(lambda b: b.values),
         rewards=cat(lambda b: b.rewards),
         terminated=cat(lambda b: b.terminated, False),

@@ -11,7 +11,7 @@ from typing import Any
 from train_embodied.config.build import TrainConfig
 from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
-from vla_infra import StaleWeightsError, WorkerGroup, make_backend, resolve_placement
+from vla_infra import StaleWeightsError, WorkerGroup, make_backend, resolve_placement, unit_bounds
 
 
 def start_ray(address: str | None) -> bool:
@@ -106,6 +106,8 @@ class RunWorkers:
                 enable_offload=tc.actor.enable_offload,
             )
 
+        # rollout ranks -> actor ranks: the model side of the trajectories (in-process / Ray's object store)
+        self.trajectory_channel = self.backend.create_channel(name=None) if need_train else None
         self.weight_version: int | None = None  # the version last synced to the rollout (None: never)
         self._peer_group_ready = False
         self.pid_file = pid_file
@@ -113,6 +115,25 @@ class RunWorkers:
             group.on_restart = self._after_restart
         self.rollout.on_restart = self._after_rollout_restart
         self.write_pids()
+
+    def actor_rows(self, rows: Any) -> list[tuple[int, int]]:
+        """The env rows [start, stop) each actor rank trains on: `rows` is a `RolloutShard` or (number of rows,
+        rows that must stay on one rank), e.g. `trajectories.rollout_rows`.
+
+        Raises:
+            ValueError: a GRPO group would be cut, or an actor rank would get no group (names the keys).
+        """
+        assert self.actor is not None
+        total, unit = (len(rows.rows), rows.split_unit) if hasattr(rows, "rows") else rows
+        try:
+            return unit_bounds(total, self.actor.world_size, unit=unit, name="the rollout's env rows")
+        except ValueError as exc:
+            raise ValueError(
+                f"{exc}. The actor's {self.actor.world_size} ranks (cluster.component_placement) each train on whole "
+                f"groups of algorithm.group_size={unit} env rows, and an iteration has env.train.num_envs x "
+                f"algorithm.rollout_epoch = {total} rows: raise env.train.num_envs or algorithm.rollout_epoch, or "
+                "place the actor on fewer ranks"
+            ) from None
 
     def sync_weights(self, version: int) -> dict[str, int] | None:
         """Actor -> rollout weight sync as version `version`.
@@ -226,6 +247,12 @@ class RunWorkers:
                 warnings.warn(f"closing {group.name} failed: {exc}", stacklevel=2)
         for group in self.groups:
             group.shutdown()
+        channel_shutdown = getattr(self.trajectory_channel, "shutdown", None)
+        if channel_shutdown is not None:  # the Ray channel's queue actor
+            try:
+                channel_shutdown()
+            except Exception as exc:
+                warnings.warn(f"closing the trajectory channel failed: {exc}", stacklevel=2)
         shutdown = getattr(self.backend, "shutdown", None)
         if shutdown is not None:
             shutdown()

@@ -21,7 +21,6 @@ import torch
 from tqdm.auto import tqdm
 
 from train_embodied import seeds
-from train_embodied.advantages import compute_advantages, flatten_for_update
 from train_embodied.checkpointing import (
     drop_metrics_after,
     load_run_checkpoint,
@@ -31,11 +30,12 @@ from train_embodied.checkpointing import (
 from train_embodied.config.build import TrainConfig
 from train_embodied.evaluation import episode_tasks, eval_table_metrics, evaluate, held_out_reset_ids
 from train_embodied.metrics import make_logger
-from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates, nonfinite_inputs
+from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates
 from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollouts
 from train_embodied.run_workers import RunWorkers
 from train_embodied.seeds import stream_seed
-from vla_algos import explained_variance, get_advantage_estimator, get_policy_loss
+from train_embodied.trajectories import rollout_rows, rollout_shard
+from vla_algos import get_advantage_estimator, get_policy_loss
 from vla_envs import TaskGrouping, evaluation_table, format_evaluation_tables
 
 
@@ -147,6 +147,36 @@ def run_eval(
     return out
 
 
+def _collect(
+    tc: TrainConfig, w: RunWorkers, estimator: Any, loss: Any, epoch: int, r: int, num_decisions: int
+) -> RolloutBatch:
+    """Rollout `r` of iteration `epoch` (of `algorithm.rollout_epoch`): envs start from start states seeded by
+    (seed, epoch[, r]), so resume replays exactly; its rows are r * num_envs + row. The rollout ranks keep the
+    model side of its decisions for the actor ranks; this returns the env side."""
+    runner, algo = tc.runner, tc.algorithm
+    key = (epoch,) if r == 0 else (epoch, r)  # rollout 0 draws what a single rollout draws
+    w.rollout.seed(stream_seed(runner.seed, seeds.ROLLOUT_SAMPLING, *key))
+    stages = len(w.env_train)
+    if estimator.grouped_starts:
+        ids = group_reset_ids(tc, w.train_spec["num_tasks"], *key)
+        resets = [{"reset_state_ids": part} for part in np.split(ids, stages)]
+    else:
+        resets = [{"seed": stream_seed(runner.seed, seeds.TRAIN_RESET, *key, s)} for s in range(stages)]
+    return collect_rollout(
+        w.env_train,
+        w.rollout,
+        num_decisions=num_decisions,
+        reset_kwargs=resets,
+        bootstrap_truncation=loss.uses_critic,
+        stop_when_all_done=estimator.grouped_starts,
+        progress=runner.progress_bar,
+        desc=f"rollout {epoch + 1}/{runner.max_epochs}"
+        + (f" ({r + 1}/{algo.rollout_epoch})" if algo.rollout_epoch > 1 else ""),
+        weight_version=w.weight_version,
+        record_rows_from=r * tc.env_train.num_envs,
+    )
+
+
 def _sync_weights(w: RunWorkers, state: dict[str, Any]) -> None:
     """Give the rollout the actor's current weights under the next version number (every sync is a new
     version: an evaluation after an update must not run newer weights under an older number)."""
@@ -214,7 +244,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         num_decisions = tc.train_run.max_steps_per_rollout_epoch // tc.actor.model.num_action_chunks
         if estimator.grouped_starts:  # one episode per env
             num_decisions = min(num_decisions, tc.env_train.max_episode_steps)
-        stages = len(w.env_train)
+        w.actor_rows(rollout_rows(tc, estimator.grouped_starts))  # refuses a split that would cut a group
         skips = SkippedUpdates(runner.max_consecutive_skipped_updates)
         epochs = tqdm(
             range(state["epoch"], runner.max_epochs),
@@ -238,68 +268,53 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             # ---- 1. rollout: envs start from start states seeded by (seed, epoch), so resume replays exactly;
             # `rollout_epoch` rollouts per iteration, side by side as one batch for the update
             t0 = time.time()
-            rollouts = []
-            for r in range(algo.rollout_epoch):
-                key = (epoch,) if r == 0 else (epoch, r)  # rollout 0 draws what a single rollout draws
-                w.rollout.seed(stream_seed(runner.seed, seeds.ROLLOUT_SAMPLING, *key))
-                if estimator.grouped_starts:
-                    ids = group_reset_ids(tc, w.train_spec["num_tasks"], *key)
-                    resets = [{"reset_state_ids": part} for part in np.split(ids, stages)]
-                else:
-                    resets = [
-                        {"seed": stream_seed(runner.seed, seeds.TRAIN_RESET, *key, s)} for s in range(stages)
-                    ]
-                rollouts.append(
-                    collect_rollout(
-                        w.env_train,
-                        w.rollout,
-                        num_decisions=num_decisions,
-                        reset_kwargs=resets,
-                        bootstrap_truncation=loss.uses_critic,
-                        stop_when_all_done=estimator.grouped_starts,
-                        progress=runner.progress_bar,
-                        desc=f"rollout {epoch + 1}/{runner.max_epochs}"
-                        + (f" ({r + 1}/{algo.rollout_epoch})" if algo.rollout_epoch > 1 else ""),
-                        weight_version=w.weight_version,
-                    )
+            for _attempt in range(1 + w.max_restarts):
+                restarts = w.rollout.num_restarts
+                w.rollout.clear_trajectories()
+                rollouts = [
+                    _collect(tc, w, estimator, loss, epoch, r, num_decisions)
+                    for r in range(algo.rollout_epoch)
+                ]
+                if w.rollout.num_restarts == restarts:
+                    break
+                # a replaced rollout rank lost the decisions it recorded: collect this iteration again (its env
+                # resets and sampling are seeded, so nothing else changes)
+                print(
+                    f"[rollout] epoch {epoch + 1}: a rollout rank was replaced mid-rollout; collecting again"
                 )
-            batch = concat_rollouts(rollouts)
+            batch = concat_rollouts(rollouts)  # the env side; the rollout ranks hold the model side
             w.rollout.offload()  # rollout.enable_offload: free the device for the update (else a no-op)
             state["env_steps"] += batch.env_steps
             timings["time/generate_rollouts"] = time.time() - t0
 
-            # ---- 2. advantages: the `adv_type` estimator of vla_algos (GAE with the critic, GRPO groups, ...)
+            # ---- 2. + 3. each actor rank gets its whole env rows (GRPO groups never cut): the rollout ranks hand
+            # it the model side directly, the driver its share of the env side; advantages (the `adv_type`
+            # estimator of vla_algos) and the `loss_type` update over minibatches run there
             t0 = time.time()
-            adv = compute_advantages(batch, algo)
-            timings["time/compute_advantages"] = time.time() - t0
-
-            # ---- 3. update: the `loss_type` objective of vla_algos over minibatches
-            t0 = time.time()
-            samples = flatten_for_update(batch, adv)
+            shard = rollout_shard(batch, split_unit=algo.group_size if estimator.grouped_starts else 1)
+            w.rollout.hand_over(w.trajectory_channel, w.actor_rows(shard))
             train_policy = epoch >= algo.critic_warmup_epochs  # warm-up: value loss only
-            bad_inputs = nonfinite_inputs(samples)
-            if bad_inputs:  # NaN/inf advantages or returns would reach the weights: skip this update
-                train_metrics = {SKIPPED_MINIBATCHES: 1.0}
-                why = "NaN/inf in " + ", ".join(bad_inputs)
-            else:
-                train_metrics = w.actor.update(
-                    samples, stream_seed(runner.seed, seeds.UPDATE_SHUFFLE, epoch), train_policy=train_policy
-                )
-                why = "NaN/inf loss or gradients in every minibatch"
+            train_metrics, bad_inputs = w.actor.train_on_rollout(
+                shard,
+                w.trajectory_channel,
+                w.rollout.world_size,
+                stream_seed(runner.seed, seeds.UPDATE_SHUFFLE, epoch),
+                train_policy=train_policy,
+            )
+            why = (
+                "NaN/inf in " + ", ".join(bad_inputs)
+                if bad_inputs
+                else "NaN/inf loss or gradients in every minibatch"
+            )
             skipped = train_metrics.get(SKIPPED_MINIBATCHES, 0.0) >= 1.0
             train_metrics[SKIPPED_UPDATE] = float(skipped)
             skips.record(epoch + 1, skipped, why)
             state["global_step"] = int(w.actor.global_steps())
             timings["time/actor_update"] = time.time() - t0
-            if samples.returns is not None and samples.old_values is not None and not bad_inputs:
-                m = samples.mask
-                train_metrics["train/critic/explained_variance"] = float(
-                    explained_variance(samples.old_values[m], samples.returns[m])
-                )
 
             # ---- 4. log
             timings["time/step"] = time.time() - t_epoch
-            metrics = {**train_metrics, **adv.stats, **env_metrics(batch), **env_fault_metrics(w), **timings}
+            metrics = {**train_metrics, **env_metrics(batch), **env_fault_metrics(w), **timings}
             metrics["env/env_steps"] = float(state["env_steps"])
             # dead env / rollout Ray actors replaced so far
             metrics["cluster/actor_restarts"] = float(w.worker_restarts)

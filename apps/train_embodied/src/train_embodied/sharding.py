@@ -1,13 +1,16 @@
-"""Sharded (FSDP2) actor training: wrapping the policy, splitting a minibatch over ranks, reducing metrics.
+"""Sharded (FSDP2) actor training: wrapping the policy, where the samples live, reducing metrics.
 
-The actor group has one process per rank (`cluster.component_placement`, Ray backend). Every rank gets the whole
-flattened rollout and the same shuffle seed, so all ranks draw the same minibatches; rank r trains on its
-contiguous share of each minibatch. With one rank nothing here changes the single-process arithmetic.
+The actor group has one process per rank (`cluster.component_placement`, Ray backend). Each rank holds only its
+data-parallel share of the rollout (whole env rows; `train_embodied.trajectories`). The ranks exchange the small
+per-sample loss masks and weights (`SampleLayout`), so all of them draw the same minibatches of the whole rollout
+with the same shuffle seed, exactly as one process would; rank r trains on the minibatch's samples it holds. With
+one rank nothing here changes the single-process arithmetic.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -63,25 +66,91 @@ def shard_policy(policy: nn.Module, section: FSDPSection) -> nn.Module:
     return policy
 
 
-def rank_share(minibatch: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
-    """Rank `rank`'s contiguous share of a minibatch's sample indices (sizes differ by at most one).
+@dataclass
+class SampleLayout:
+    """The N = T * B samples of a rollout whose env rows are spread over data-parallel ranks (time-major sample
+    order, as one process flattens the whole rollout: sample t * B + b).
+
+    Attributes:
+        owner: int64 [N] the rank holding each sample.
+        local: int64 [N] its index in that rank's `SampleBatch`.
+        mask: bool [N] samples that enter the loss.
+        sample_weight: float32 [N] loss weights of `loss_agg_mode`, or None.
+        action_mask: bool [N, C] executed actions, or None.
+    """
+
+    owner: torch.Tensor
+    local: torch.Tensor
+    mask: torch.Tensor
+    sample_weight: torch.Tensor | None
+    action_mask: torch.Tensor | None
+
+
+def gather_objects(value: Any) -> list[Any]:
+    """`value` of every rank of the default process group, in rank order (`[value]` without a group)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return [value]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, value)
+    return out
+
+
+def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
+    """`value` summed over the ranks of the default process group (a CPU tensor in and out)."""
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    out = value.detach().to(device).clone()
+    dist.all_reduce(out, op=dist.ReduceOp.SUM)
+    return out.cpu()
+
+
+def sample_layout(
+    first_row: int, num_steps: int, mask: torch.Tensor, sample_weight: Any, action_mask: Any
+) -> SampleLayout:
+    """The layout of the whole rollout, from every rank's share (a collective: every rank calls it).
 
     Args:
-        minibatch: Sample indices, int64 [M].
-
-    Returns:
-        int64 [ceil(M / world_size)] or one fewer; `minibatch` itself when `world_size == 1`.
+        first_row: the first env row this rank holds (its rows are contiguous).
+        num_steps: T, the same on every rank.
+        mask, sample_weight, action_mask: this rank's flattened samples ([T * b], [T * b], [T * b, C]).
     """
-    if world_size == 1:
+    parts = gather_objects((first_row, len(mask) // max(num_steps, 1), mask, sample_weight, action_mask))
+    total = sum(p[1] for p in parts)
+    n = num_steps * total
+    owner = torch.empty(n, dtype=torch.long)
+    local = torch.empty(n, dtype=torch.long)
+    g_mask = torch.empty(n, dtype=torch.bool)
+    g_weight = None if parts[0][3] is None else torch.empty(n, dtype=parts[0][3].dtype)
+    g_action = None if parts[0][4] is None else torch.empty(n, *parts[0][4].shape[1:], dtype=torch.bool)
+    t = torch.arange(num_steps)[:, None]
+    for rank, (start, rows, m, w, a) in enumerate(parts):
+        where = (t * total + start + torch.arange(rows)[None, :]).reshape(-1)  # sample t * B + b of row b
+        owner[where] = rank
+        local[where] = torch.arange(len(where))
+        g_mask[where] = m
+        if g_weight is not None:
+            g_weight[where] = w
+        if g_action is not None:
+            g_action[where] = a
+    return SampleLayout(owner=owner, local=local, mask=g_mask, sample_weight=g_weight, action_mask=g_action)
+
+
+def minibatch_share(minibatch: torch.Tensor, layout: SampleLayout | None, rank: int) -> torch.Tensor:
+    """This rank's samples of a minibatch (sample indices of the whole rollout), as indices of its own
+    `SampleBatch`; the minibatch itself without a layout (one rank holds everything)."""
+    if layout is None:
         return minibatch
-    base, extra = divmod(len(minibatch), world_size)
-    start = rank * base + min(rank, extra)
-    return minibatch[start : start + base + (1 if rank < extra else 0)]
+    return layout.local[minibatch[layout.owner[minibatch] == rank]]
 
 
-def num_micro_batches(minibatch_size: int, world_size: int, micro_batch_size: int) -> int:
-    """Forward/backward passes per rank for one minibatch: the same on every rank (FSDP collectives must match)."""
-    return math.ceil(math.ceil(minibatch_size / world_size) / micro_batch_size)
+def num_micro_batches(minibatch: torch.Tensor, layout: SampleLayout | None, micro_batch_size: int) -> int:
+    """Forward/backward passes per rank for one minibatch: the most any rank needs for its samples of it, so
+    every rank runs as many (FSDP collectives must match)."""
+    if layout is None:
+        return math.ceil(len(minibatch) / micro_batch_size)
+    counts = torch.bincount(layout.owner[minibatch], minlength=1)
+    return math.ceil(int(counts.max()) / micro_batch_size)
 
 
 def all_reduce_sums(values: dict[str, float]) -> dict[str, float]:

@@ -15,7 +15,13 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, OptimSection
 from train_embodied.numerics import finite_optimizer_step
-from train_embodied.sharding import all_reduce_sums, clip_grad_norm, num_micro_batches, rank_share
+from train_embodied.sharding import (
+    SampleLayout,
+    all_reduce_sums,
+    clip_grad_norm,
+    minibatch_share,
+    num_micro_batches,
+)
 from vla_algos import (
     advantages_per_ratio,
     get_policy_loss,
@@ -79,6 +85,7 @@ def ppo_update(
     train_policy: bool = True,
     rank: int = 0,
     world_size: int = 1,
+    layout: SampleLayout | None = None,
 ) -> tuple[dict[str, float], int]:
     """Update `policy` on one flattened rollout.
 
@@ -96,10 +103,12 @@ def ppo_update(
             are still computed for the metrics). Only the value head and what feeds it get gradients: with
             `actor.model.extra.detach_critic_input=false` (shared backbone) the value loss still moves the
             backbone, and with it the policy; `detach_critic_input=true` keeps the policy frozen.
-        rank, world_size: This process in a sharded (FSDP2) actor group. Every rank passes the same `batch` and
-            `generator` state; rank r trains on its contiguous share of each minibatch (see
-            `train_embodied.sharding`), and the metrics are summed over the ranks, so every rank returns the
-            metrics of whole minibatches and takes the same early-stop decision.
+        rank, world_size: This process in a sharded (FSDP2) actor group.
+        layout: With several ranks, where the whole rollout's samples live (`train_embodied.sharding.SampleLayout`):
+            `batch` is then this rank's share. Every rank passes the same `generator` state and draws the same
+            minibatches of the whole rollout; rank r trains on the samples of each minibatch it holds, and the
+            metrics are summed over the ranks, so every rank returns the metrics of whole minibatches (as one
+            process would) and takes the same early-stop decision. None: `batch` is the whole rollout.
 
     Early stop: with `s.target_kl` set, the passes over this rollout end after the first minibatch whose
     approx-KL to the rollout policy exceeds it (metric `train/actor/early_stopped`).
@@ -107,7 +116,8 @@ def ppo_update(
     Returns:
         (mean metrics over minibatches, number of optimizer steps).
     """
-    idx_all = torch.nonzero(batch.mask, as_tuple=False).squeeze(-1)
+    whole = layout if layout is not None else batch  # the whole rollout's masks and loss weights
+    idx_all = torch.nonzero(whole.mask, as_tuple=False).squeeze(-1)
     n = len(idx_all)
     if n == 0:
         return {"train/actor/num_samples": 0.0}, 0
@@ -125,14 +135,20 @@ def ppo_update(
             optimizer.zero_grad(set_to_none=True)
             set_warmup_lr(optimizer, start_step + steps, s.lr_warmup_steps if train_policy else 0)
             acc: dict[str, float] = {}
-            share = rank_share(mb, rank, world_size)
-            for i in range(num_micro_batches(len(mb), world_size, s.micro_batch_size)):
+            share = minibatch_share(mb, layout, rank)
+            sources = _LossWeights(
+                None if whole.sample_weight is None else whole.sample_weight[mb],
+                None if whole.action_mask is None else whole.action_mask[mb],
+                len(mb),
+            )
+            for i in range(num_micro_batches(mb, layout, s.micro_batch_size)):
                 micro = share[i * s.micro_batch_size : (i + 1) * s.micro_batch_size]
                 padding = len(micro) == 0  # FSDP: every rank runs as many passes; this one counts for nothing
                 # FSDP averages gradients over ranks: x world_size makes the result the full-minibatch mean
                 weight = 0.0 if padding else len(micro) * world_size / len(mb)
+                pad = torch.zeros(1, dtype=torch.long)  # any sample of this rank's batch (weight 0)
                 loss, metrics = _micro_loss(
-                    policy, batch, mb[:1] if padding else micro, s, train_policy=train_policy, minibatch=mb
+                    policy, batch, pad if padding else micro, s, train_policy=train_policy, minibatch=sources
                 )
                 (loss * weight).backward()
                 for k, v in metrics.items():
@@ -164,6 +180,16 @@ def ppo_update(
     return out, steps
 
 
+@dataclass(frozen=True)
+class _LossWeights:
+    """What the loss weights of a set of samples derive from: `loss_agg_mode` weights [n] (or None), executed
+    actions [n, C] (or None), and n."""
+
+    sample_weight: torch.Tensor | None
+    action_mask: torch.Tensor | None
+    size: int
+
+
 def set_warmup_lr(optimizer: torch.optim.Optimizer, step: int, warmup_steps: int) -> None:
     """Linear warmup: lr = base_lr * min(1, (step + 1) / warmup_steps) (a function of the step: resume-exact)."""
     for group in optimizer.param_groups:
@@ -178,8 +204,10 @@ def _micro_loss(
     s: UpdateSettings,
     *,
     train_policy: bool = True,
-    minibatch: torch.Tensor | None = None,
+    minibatch: _LossWeights,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss of micro-batch `idx` (indices of `batch`), scaled to its share of the minibatch whose loss
+    weights are `minibatch` (those of all the minibatch's samples, known on every rank)."""
     loss_fn = get_policy_loss(s.loss_type)
     fi = {k: v[idx] for k, v in batch.forward_inputs.items()}
     logprobs, entropy, values = policy.evaluate(fi, compute_values=loss_fn.uses_critic)
@@ -203,23 +231,24 @@ def _micro_loss(
     # the loss is a (weighted) mean over this micro-batch and the caller scales by len(micro) / len(mb):
     # the shares make the micro-batches (and ranks) add up to the mean over the whole minibatch, whatever
     # the split (exactly 1 with a full mask)
-    mb = idx if minibatch is None else minibatch
+    here = _LossWeights(
+        None if batch.sample_weight is None else batch.sample_weight[idx],
+        None if batch.action_mask is None else batch.action_mask[idx],
+        len(idx),
+    )
     policy_share = entropy_share = None
     if lp_mask is not None:
         per_action = lp_mask.ndim >= 2
         policy_share = weight_share(
             *(
-                sample_loss_weights(
-                    batch.sample_weight[i] if batch.sample_weight is not None else None,
-                    batch.action_mask[i] if batch.action_mask is not None else None,
-                    per_action=per_action,
-                    num=len(i),
-                )
-                for i in (idx, mb)
+                sample_loss_weights(w.sample_weight, w.action_mask, per_action=per_action, num=w.size)
+                for w in (here, minibatch)
             )
         ).to(dev)
-    if action_mask is not None:  # the entropy is a mean over the minibatch's executed actions
-        counts = [batch.action_mask[i].flatten(1).sum(-1).float() for i in (idx, mb)]
+    if (
+        here.action_mask is not None and minibatch.action_mask is not None
+    ):  # entropy: mean over executed actions
+        counts = [w.action_mask.flatten(1).sum(-1).float() for w in (here, minibatch)]  # type: ignore[union-attr]
         entropy_share = weight_share(*counts).to(dev)
     critic = {}
     if loss_fn.uses_critic:

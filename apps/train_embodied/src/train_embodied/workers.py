@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from train_embodied.advantages import compute_advantages, flatten_for_update
 from train_embodied.batches import EnvStep, Prediction, SampleBatch
 from train_embodied.config.sections import (
     AlgorithmSection,
@@ -23,12 +24,27 @@ from train_embodied.config.sections import (
     OptimSection,
     RolloutSection,
 )
+from train_embodied.numerics import SKIPPED_MINIBATCHES, nonfinite_inputs
 from train_embodied.policy_io import build_optimizer, build_policy_for_run, policy_values, select_proprio
 from train_embodied.seeds import rank_seed
-from train_embodied.sharding import save_unsharded, shard_policy
+from train_embodied.sharding import (
+    all_reduce_sum,
+    gather_objects,
+    sample_layout,
+    save_unsharded,
+    shard_policy,
+)
+from train_embodied.trajectories import (
+    RolloutShard,
+    TrajectoryRecorder,
+    assemble_rollout,
+    combine_rank_stats,
+)
 from train_embodied.update import UpdateSettings, ppo_update
+from vla_algos import explained_variance
 from vla_envs import EnvConfig, empty_episode_metrics, make_env, task_grouping
 from vla_infra import (
+    Channel,
     ModelOffloader,
     PeerGroup,
     ShardGatherFollower,
@@ -155,7 +171,9 @@ def join_predictions(outputs: list[Prediction]) -> Prediction:
         actions=concat_values([o.actions for o in outputs]),
         logprobs=concat_values([o.logprobs for o in outputs]),
         values=concat_values([o.values for o in outputs]),
-        forward_inputs=concat_forward_inputs([o.forward_inputs for o in outputs]),
+        forward_inputs=concat_forward_inputs([o.forward_inputs for o in outputs])
+        if outputs[0].forward_inputs
+        else {},
     )
 
 
@@ -182,6 +200,21 @@ class RolloutWorker(Worker):
         self.version = -1
         self.offloader = ModelOffloader(self.policy, enabled=sampling.enable_offload)
         self.offloader.offload()
+        self.recorder = TrajectoryRecorder()
+
+    @register("one_to_all", collect="none")
+    def clear_trajectories(self) -> None:
+        """Forget the decisions recorded so far (the start of an iteration's rollouts)."""
+        self.recorder.clear()
+
+    @register("one_to_all", collect="none")
+    def hand_over(self, channel: Channel, bounds: list[tuple[int, int]]) -> None:
+        """Put the recorded decisions on `channel`, to each actor rank a (key a) one list with the pieces of the rows
+        it trains on (`bounds[a]` = [start, stop) of global rows; an empty list when this rank has none), then
+        forget them. On the Ray backend the pieces go through the object store, never through the driver."""
+        for a, pieces in enumerate(self.recorder.pieces(bounds)):
+            channel.put(pieces, key=a)
+        self.recorder.clear()
 
     @register("one_to_all", collect="none")
     def offload(self) -> None:
@@ -208,12 +241,18 @@ class RolloutWorker(Worker):
     @register("split", collect=join_predictions)
     @torch.no_grad()
     def predict(
-        self, obs: dict[str, Any], mode: str = "sample", weight_version: int | None = None
+        self,
+        obs: dict[str, Any],
+        mode: str = "sample",
+        weight_version: int | None = None,
+        rows: np.ndarray | None = None,
     ) -> Prediction:
         """Actions [B, C, A], token logprobs [B, C, A], values [B] (or None) and forward_inputs.
 
         `weight_version`: the version the run last synced; a rollout holding another one raises
-        StaleWeightsError instead of generating.
+        StaleWeightsError instead of generating. `rows`: int64 [B] global row ids of a training rollout (split
+        with `obs`): this rank keeps the model side of the decision for the actor (`hand_over`) and answers the
+        actions alone.
         """
         self._check_version(weight_version)
         self.offloader.reload()  # no-op unless offloaded
@@ -223,12 +262,16 @@ class RolloutWorker(Worker):
             temperature=self.sampling.temperature,
             top_k=self.sampling.top_k if (self.sampling.top_k or 0) > 0 else None,
         )
-        return Prediction(
+        pred = Prediction(
             actions=out.actions.float().cpu(),
             logprobs=out.logprobs.float().cpu(),
             values=None if out.values is None else out.values.float().cpu(),
             forward_inputs={k: v.cpu() for k, v in out.forward_inputs.items()},
         )
+        if rows is None:
+            return pred
+        self.recorder.record(np.asarray(rows), pred)
+        return Prediction(actions=pred.actions, logprobs=None, values=None, forward_inputs={})
 
     @register("split")
     @torch.no_grad()
@@ -339,6 +382,7 @@ class ActorWorker(Worker):
         self.policy.eval()
         self.optimizer = build_optimizer(self.policy, optim)
         self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)
+        self.algorithm = algorithm
         self.generator = torch.Generator().manual_seed(seed)
         self.global_step = 0
         self.policy_step = 0  # optimizer steps that trained the policy (the lr warmup's clock)
@@ -408,11 +452,20 @@ class ActorWorker(Worker):
 
     @register("one_to_all", collect="first")
     def update(self, batch: SampleBatch, seed: int, train_policy: bool = True) -> dict[str, float]:
-        """Run `update_epoch` passes of minibatch PPO/GRPO over the rollout `batch` (see update.ppo_update).
+        """Run `update_epoch` passes of minibatch PPO/GRPO over `batch`, the whole rollout, on one actor rank
+        (see update.ppo_update; several ranks train on their shares of a rollout: `train_on_rollout`).
 
         `seed` re-seeds the minibatch shuffling, so a resumed run shuffles exactly as an uninterrupted one;
         `train_policy=False` trains only the critic (warm-up iterations).
         """
+        if self.world_size > 1:
+            raise ValueError(
+                f"ActorWorker.update takes the whole rollout on one rank; this group has {self.world_size} ranks, "
+                "which train on their data-parallel shares (train_on_rollout)"
+            )
+        return self._train(batch, seed, train_policy, None)
+
+    def _train(self, batch: SampleBatch, seed: int, train_policy: bool, layout: Any) -> dict[str, float]:
         self.generator.manual_seed(int(seed))
         # eval mode on purpose: no dropout, so the recomputed log-probs match the rollout's (ratio 1 at first)
         self.policy.eval()
@@ -427,11 +480,51 @@ class ActorWorker(Worker):
                 train_policy=train_policy,
                 rank=self.rank,
                 world_size=self.world_size,
+                layout=layout,
             )
         self.global_step += steps
         if train_policy:
             self.policy_step += steps
         return metrics
+
+    @register("dp_split", collect="first")
+    def train_on_rollout(
+        self, shard: RolloutShard, channel: Channel, num_parts: int, seed: int, train_policy: bool = True
+    ) -> tuple[dict[str, float], list[str]]:
+        """Advantages and the update on this rank's data-parallel share of an iteration's rollouts.
+
+        `shard` is this rank's whole env rows (the env side; `vla_infra` dispatch `dp_split` never cuts a GRPO
+        group); the model side of those rows comes from the `num_parts` rollout ranks over `channel` (key = this
+        rank). Advantages are computed here (GAE needs whole time columns: this rank has them); whitening, the
+        logged rollout statistics and the critic's explained variance are those of the whole rollout, and every
+        rank draws the same minibatches of the whole rollout, so the update is the one a single process makes.
+
+        Returns:
+            (metrics: `train/*` and `rollout/*`, the names of non-finite update inputs; when there are any the
+            update is skipped on every rank).
+        """
+        parts = channel.get_batch(int(num_parts), key=self.rank, timeout=600.0)
+        batch = assemble_rollout(shard, [piece for part in parts for piece in part])
+        adv = compute_advantages(batch, self.algorithm, all_reduce=all_reduce_sum if self.sharded else None)
+        stats = combine_rank_stats(gather_objects((adv.stats, adv.stat_weights)))
+        samples = flatten_for_update(batch, adv)
+        bad = sorted({name for names in gather_objects(nonfinite_inputs(samples)) for name in names})
+        if bad:  # NaN/inf advantages or returns would reach the weights: skip this update (on every rank)
+            return {SKIPPED_MINIBATCHES: 1.0, **stats}, bad
+        layout = None
+        if self.sharded:
+            t = batch.rewards.shape[0]
+            first = int(shard.rows[0])
+            layout = sample_layout(first, t, samples.mask, samples.sample_weight, samples.action_mask)
+        metrics = self._train(samples, seed, train_policy, layout)
+        if samples.returns is not None and samples.old_values is not None:
+            m = samples.mask
+            pairs = gather_objects((samples.old_values[m], samples.returns[m]))
+            values = torch.cat([p[0] for p in pairs])
+            returns = torch.cat([p[1] for p in pairs])
+            # over the whole rollout (a micro-batch's can be NaN)
+            metrics["train/critic/explained_variance"] = float(explained_variance(values, returns))
+        return {**metrics, **stats}, []
 
     @register("one_to_all", collect="first")
     def save_checkpoint(self, path: str, trainer_state: dict[str, Any]) -> str:

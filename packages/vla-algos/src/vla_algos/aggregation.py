@@ -70,9 +70,7 @@ def sample_loss_weights(
     return w
 
 
-def weight_share(
-    here: torch.Tensor, whole: torch.Tensor | None = None, *, whole_mean: torch.Tensor | float | None = None
-) -> torch.Tensor:
+def weight_share(here: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:
     """``mean(here) / mean(whole)``: a micro-batch's share of its minibatch's loss weight, per sample.
 
     A micro-batch's weighted mean times ``len(micro) / len(minibatch)`` times this share is its part of the
@@ -81,15 +79,8 @@ def weight_share(
     Args:
         here: ``[n]`` loss weights of the micro-batch's samples (:func:`sample_loss_weights`).
         whole: ``[m]`` loss weights of the minibatch's samples.
-        whole_mean: instead of ``whole``, the minibatch's mean weight (a minibatch spread over data-parallel
-            ranks: the mean of all ranks' samples).
 
     Returns:
         0-d tensor (exactly 1 when all weights are equal).
     """
-    if whole_mean is None:
-        if whole is None:
-            raise ValueError("weight_share needs whole or whole_mean")
-        whole_mean = whole.sum() / len(whole)
-    denom = torch.as_tensor(whole_mean, dtype=here.dtype)
-    return (here.sum() / len(here)) / denom.clamp_min(torch.finfo(here.dtype).tiny)
+    return (here.sum() / len(here)) / (whole.sum() / len(whole)).clamp_min(torch.finfo(whole.dtype).tiny)

@@ -193,3 +193,26 @@ def test_bad_arguments():
     two_nodes = resolve_placement({"env": "0-1"}, num_nodes=2, num_gpus_per_node=0)
     with pytest.raises(ValueError, match="RayBackend"):
         WorkerGroup(Shard, two_nodes["env"], backend=LocalBackend())
+
+
+@dataclasses.dataclass
+class Groups:
+    """Rows in groups of `split_unit` that must stay on one rank."""
+
+    x: torch.Tensor
+    split_unit: int = 1
+
+
+def test_dp_split_cuts_only_between_whole_units():
+    from vla_infra import unit_bounds
+
+    assert unit_bounds(12, 2, unit=4) == [(0, 8), (8, 12)]  # 3 groups of 4: 2 and 1 group
+    calls = dispatch_args("dp_split", 2, (Groups(torch.arange(12), split_unit=4),), {})
+    assert [c[1][0].x.tolist() for c in calls] == [list(range(8)), list(range(8, 12))]
+    assert all(c[1][0].split_unit == 4 for c in calls)
+    # a plain split would cut a group in two (rows 0-5 and 6-11): dp_split never does
+    assert [len(c[1][0].x) for c in dispatch_args("split", 2, (Groups(torch.arange(12), 4),), {})] == [6, 6]
+    with pytest.raises(ValueError, match=r"1 unit\(s\) of 4 rows.*must stay on one rank"):
+        dispatch_args("dp_split", 2, (Groups(torch.arange(4), split_unit=4),), {})
+    with pytest.raises(ValueError, match="not a whole number of units of 4 rows"):
+        dispatch_args("dp_split", 2, (Groups(torch.arange(10), split_unit=4),), {})

@@ -263,3 +263,24 @@ def test_l1_head_regresses_actions_and_round_trips(tmp_path, make_obs_fn) -> Non
     assert again.config.action_head == "l1" and torch.equal(
         again.predict(obs, mode="greedy").actions, out.actions
     )
+
+
+def test_per_row_generators_make_a_rows_sample_independent_of_its_batch() -> None:
+    """One generator per row: rows sampled in one batch or split over two batches draw the same actions."""
+    from vla_models.sampling import multinomial_rows, randint_rows, randn_rows
+
+    def gens(rows):
+        return [torch.Generator().manual_seed(1000 + r) for r in rows]
+
+    probs = torch.softmax(torch.randn(4, 3, 7), dim=-1)
+    whole = multinomial_rows(probs, gens(range(4)))
+    parts = torch.cat([multinomial_rows(probs[:1], gens([0])), multinomial_rows(probs[1:], gens([1, 2, 3]))])
+    assert torch.equal(whole, parts)
+    assert not torch.equal(whole, multinomial_rows(probs, gens([3, 2, 1, 0])))  # the row's own stream counts
+    noise = randn_rows((4, 2, 5), gens(range(4)), "cpu")
+    assert torch.equal(noise[2:], randn_rows((2, 2, 5), gens([2, 3]), "cpu"))
+    assert torch.equal(
+        randint_rows(9, 4, gens(range(4)), "cpu")[1:], randint_rows(9, 3, gens([1, 2, 3]), "cpu")
+    )
+    with pytest.raises(ValueError, match="3 per-row generators for a batch of 4 rows"):
+        multinomial_rows(probs, gens(range(3)))

@@ -97,6 +97,19 @@ def group_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
     return np.repeat(trials, g)
 
 
+def train_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
+    """Reset ids [num_envs] of a rollout without grouped starts: env row b keeps its task (b % num_tasks, as the
+    env assigns it) and draws a trial from one generator for the whole batch, so a row's start does not depend on
+    how the rows are split over env ranks and pipeline stages. With `env.train.use_fixed_reset_state_ids` the rows
+    of a group of `env.train.group_size` share the group's first draw (as the env would)."""
+    env = tc.env_train
+    rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.TRAIN_RESET, *key))
+    trials = rng.integers(0, env.num_trials_per_task, size=env.num_envs)
+    if env.use_fixed_reset_state_ids:
+        trials = np.repeat(trials[:: env.group_size], env.group_size)
+    return (np.arange(env.num_envs) % num_tasks) * env.num_trials_per_task + trials
+
+
 def run_eval(
     tc: TrainConfig, w: RunWorkers, tag: str, tables: dict[str, Any] | None = None
 ) -> dict[str, float]:
@@ -161,7 +174,13 @@ def _collect(
         ids = group_reset_ids(tc, w.train_spec["num_tasks"], *key)
         resets = [{"reset_state_ids": part} for part in np.split(ids, stages)]
     else:
-        resets = [{"seed": stream_seed(runner.seed, seeds.TRAIN_RESET, *key, s)} for s in range(stages)]
+        # start states drawn for the whole batch, each stage and env rank taking its rows' (the same whatever the
+        # split); the seed re-seeds each rank's draws of later episodes (autoreset) so resume replays them
+        ids = train_reset_ids(tc, w.train_spec["num_tasks"], *key)
+        resets = [
+            {"seed": stream_seed(runner.seed, seeds.TRAIN_RESET, *key, s), "reset_state_ids": part}
+            for s, part in enumerate(np.split(ids, stages))
+        ]
     return collect_rollout(
         w.env_train,
         w.rollout,

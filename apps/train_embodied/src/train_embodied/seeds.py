@@ -23,6 +23,7 @@ UPDATE_SHUFFLE = "actor.update.shuffle"  # minibatch shuffling of the actor upda
 EVAL_SAMPLING = "eval.sampling"  # the policy's sampling during held-out evaluations
 ENV_STAGE = "env.stage"  # construction seed of a pipeline stage's env group
 RANK = "rank"  # a worker rank's share of a seed
+ROW = "row"  # an env row's own stream of a draw (the same whichever rank holds the row)
 
 
 def _stream_key(stream: str) -> int:
@@ -40,3 +41,9 @@ def stream_seed(seed: int, stream: str, *keys: int) -> int:
 def rank_seed(seed: int, rank: int) -> int:
     """The seed a worker of rank `rank` uses for its rows of a draw seeded `seed`."""
     return stream_seed(seed, RANK, rank)
+
+
+def row_seed(seed: int, row: int) -> int:
+    """The seed of global env row `row`'s own stream of a draw seeded `seed` (independent of how rows are split
+    over ranks)."""
+    return stream_seed(seed, ROW, row)

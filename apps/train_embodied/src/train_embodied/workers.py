@@ -26,7 +26,7 @@ from train_embodied.config.sections import (
 )
 from train_embodied.numerics import SKIPPED_MINIBATCHES, nonfinite_inputs
 from train_embodied.policy_io import build_optimizer, build_policy_for_run, policy_values, select_proprio
-from train_embodied.seeds import rank_seed
+from train_embodied.seeds import rank_seed, row_seed
 from train_embodied.sharding import (
     all_reduce_sum,
     gather_objects,
@@ -201,6 +201,8 @@ class RolloutWorker(Worker):
         self.offloader = ModelOffloader(self.policy, enabled=sampling.enable_offload)
         self.offloader.offload()
         self.recorder = TrajectoryRecorder()
+        self._sampling_seed = 0
+        self._row_generators: dict[int, torch.Generator] = {}
 
     @register("one_to_all", collect="none")
     def clear_trajectories(self) -> None:
@@ -228,8 +230,25 @@ class RolloutWorker(Worker):
 
     @register("one_to_all", collect="none", replay=True)
     def seed(self, seed: int) -> None:
-        """Re-seed the sampling RNG (each epoch: a resumed run samples exactly as an uninterrupted one)."""
+        """Re-seed the sampling RNG (each epoch: a resumed run samples exactly as an uninterrupted one).
+
+        A training rollout (`predict(rows=...)`) samples each env row from its own generator, seeded by (`seed`,
+        global row id): what a row samples does not depend on how the rows are split over rollout ranks or
+        batched. Other calls (evaluation) draw from this rank's stream of `seed`."""
         torch.manual_seed(rank_seed(seed, self.rank))
+        self._sampling_seed = int(seed)
+        self._row_generators = {}
+
+    def _generators(self, rows: np.ndarray) -> list[torch.Generator]:
+        """Each row's sampling generator (created at its first decision after `seed`, then continued)."""
+        out = []
+        for row in (int(r) for r in rows):
+            gen = self._row_generators.get(row)
+            if gen is None:
+                gen = torch.Generator(device=self.device).manual_seed(row_seed(self._sampling_seed, row))
+                self._row_generators[row] = gen
+            out.append(gen)
+        return out
 
     def _check_version(self, weight_version: int | None) -> None:
         if weight_version is not None and self.version != weight_version:
@@ -251,8 +270,8 @@ class RolloutWorker(Worker):
 
         `weight_version`: the version the run last synced; a rollout holding another one raises
         StaleWeightsError instead of generating. `rows`: int64 [B] global row ids of a training rollout (split
-        with `obs`): this rank keeps the model side of the decision for the actor (`hand_over`) and answers the
-        actions alone.
+        with `obs`): each row samples from its own generator (`seed`), and this rank keeps the model side of the
+        decision for the actor (`hand_over`) and answers the actions alone.
         """
         self._check_version(weight_version)
         self.offloader.reload()  # no-op unless offloaded
@@ -261,6 +280,7 @@ class RolloutWorker(Worker):
             mode=mode,
             temperature=self.sampling.temperature,
             top_k=self.sampling.top_k if (self.sampling.top_k or 0) > 0 else None,
+            generator=None if rows is None else self._generators(np.asarray(rows)),
         )
         pred = Prediction(
             actions=out.actions.float().cpu(),

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from vla_models.sampling import Generators, multinomial_rows
+
 try:  # the fused kernel package (same distribution); absent only in a partial checkout
     from vla_models.kernels import action_token_logprobs_from_hidden as _kernel_from_hidden
 except ImportError:  # pragma: no cover
@@ -87,12 +89,10 @@ def action_logprobs_and_entropy(
     return chosen, entropy
 
 
-def sample_offsets(
-    logits: torch.Tensor, *, greedy: bool, generator: torch.Generator | None = None
-) -> torch.Tensor:
-    """Sample (or argmax) a bin per position from processed logits ``[B, N, n_bins]`` -> int64 ``[B, N]``."""
+def sample_offsets(logits: torch.Tensor, *, greedy: bool, generator: Generators = None) -> torch.Tensor:
+    """Sample (or argmax) a bin per position from processed logits ``[B, N, n_bins]`` -> int64 ``[B, N]``.
+
+    ``generator``: one for the batch, or one per row (a row's draw then does not depend on its batch)."""
     if greedy:
         return logits.argmax(dim=-1)
-    probs = torch.softmax(logits, dim=-1)
-    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
-    return flat.view(probs.shape[:-1])
+    return multinomial_rows(torch.softmax(logits, dim=-1), generator)

@@ -29,6 +29,7 @@ from vla_models.policy_output import PolicyOutput
 from vla_models.prismatic.action_head import L1RegressionActionHead
 from vla_models.prismatic.modeling_prismatic import PrismaticBackbone
 from vla_models.prismatic.processing_prismatic import OpenVLAProcessor
+from vla_models.sampling import Generators
 from vla_models.value_head import ValueHead
 
 
@@ -371,7 +372,7 @@ class PrismaticVLAPolicy(nn.Module):
         mode: str = "sample",
         temperature: float = 1.0,
         top_k: int | None = None,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
     ) -> PolicyOutput:
         raise NotImplementedError
 

@@ -53,6 +53,7 @@ from vla_models.openpi.processing_openpi import (
     stack_cameras,
 )
 from vla_models.policy_output import PolicyOutput
+from vla_models.sampling import Generators, randint_rows, randn_rows
 from vla_models.value_head import ValueHead
 
 #: ``denoise_inds`` of a greedy (plain ODE) row and of a row scored at every step (``joint_logprob``).
@@ -567,7 +568,7 @@ class OpenPiPolicy(nn.Module):
         mode: str = "sample",
         temperature: float = 1.0,
         top_k: int | None = None,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
     ) -> PolicyOutput:
         """Denoise a chunk per observation.
 
@@ -588,14 +589,14 @@ class OpenPiPolicy(nn.Module):
         k_steps = cfg.num_steps
         with torch.no_grad():
             prefix = self.compute_prefix(fi)
-            x = torch.randn(b, cfg.action_horizon, cfg.model_action_dim, generator=generator, device=dev)
+            x = randn_rows((b, cfg.action_horizon, cfg.model_action_dim), generator, dev)
             if mode == "greedy" or cfg.noise_method == "flow_ode":
                 inds = torch.full((b,), GREEDY, dtype=torch.long, device=dev)
             elif cfg.joint_logprob:
                 inds = torch.full((b,), JOINT, dtype=torch.long, device=dev)
             else:
                 high = k_steps - 1 if cfg.ignore_last else k_steps
-                inds = torch.randint(0, high, (b,), generator=generator, device=dev)
+                inds = randint_rows(high, b, generator, dev)
             nl = torch.full((b,), cfg.noise_level_at(self.global_step) * temperature, device=dev)
             temp = torch.full((b,), float(temperature), device=dev)
             chain = [x]
@@ -609,7 +610,7 @@ class OpenPiPolicy(nn.Module):
                     sel = noisy[:, None, None]
                     mean = torch.where(sel, m2, mean)
                     std = torch.where(sel, torch.broadcast_to(s2, x.shape), torch.zeros_like(x))
-                eps = torch.randn(x.shape, generator=generator, device=dev)
+                eps = randn_rows(tuple(x.shape), generator, dev)
                 x = mean + std * eps
                 chain.append(x)
             fi.update(
@@ -628,7 +629,7 @@ class OpenPiPolicy(nn.Module):
         )
 
     @torch.no_grad()
-    def values(self, obs: Mapping[str, Any], *, generator: torch.Generator | None = None) -> torch.Tensor:
+    def values(self, obs: Mapping[str, Any], *, generator: Generators = None) -> torch.Tensor:
         """V(obs) float32 ``[B]``: the critic ``predict`` returns, without denoising; zeros without a value head
         or for an empty batch.
 
@@ -644,7 +645,7 @@ class OpenPiPolicy(nn.Module):
         prefix = self.compute_prefix(fi)
         if not cfg.critic_after_vlm:
             shape = (b, cfg.action_horizon, cfg.model_action_dim)
-            fi["chains"] = torch.randn(shape, generator=generator, device=self.device)[:, None]
+            fi["chains"] = randn_rows(shape, generator, self.device)[:, None]
         return self._values(prefix, fi)
 
     # ---- action space -------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import torch
 from vla_models.action_logprobs import action_logits, sample_offsets
 from vla_models.policy_base import PrismaticVLAPolicy, build_attention_mask, position_ids_from
 from vla_models.policy_output import PolicyOutput
+from vla_models.sampling import Generators
 
 
 class OpenVLAPolicy(PrismaticVLAPolicy):
@@ -32,7 +33,7 @@ class OpenVLAPolicy(PrismaticVLAPolicy):
         mode: str = "sample",
         temperature: float = 1.0,
         top_k: int | None = None,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
     ) -> PolicyOutput:
         """Sample (``mode="sample"``) or take the argmax (``"greedy"``) of each action token.
 
@@ -41,7 +42,7 @@ class OpenVLAPolicy(PrismaticVLAPolicy):
             mode: "sample" or "greedy".
             temperature: logits are divided by it before sampling (and in the stored log-probs).
             top_k: keep only the k most likely bins (None: all 256).
-            generator: optional RNG for sampling.
+            generator: optional RNG for sampling: one for the batch or one per row (`vla_models.sampling`).
 
         Returns:
             ``PolicyOutput`` with actions/logprobs/entropy ``[B, C, A]`` and values ``[B]`` or None.

@@ -10,6 +10,7 @@ import torch
 from vla_models.action_logprobs import action_logits, action_logprobs_and_entropy, sample_offsets
 from vla_models.policy_base import PrismaticVLAPolicy
 from vla_models.policy_output import PolicyOutput
+from vla_models.sampling import Generators
 
 
 class OpenVLAOFTPolicy(PrismaticVLAPolicy):
@@ -52,7 +53,7 @@ class OpenVLAOFTPolicy(PrismaticVLAPolicy):
         mode: str = "sample",
         temperature: float = 1.0,
         top_k: int | None = None,
-        generator: torch.Generator | None = None,
+        generator: Generators = None,
     ) -> PolicyOutput:
         """Sample (``mode="sample"``) or argmax (``"greedy"``) all action tokens of a chunk at once.
 
@@ -61,7 +62,7 @@ class OpenVLAOFTPolicy(PrismaticVLAPolicy):
             mode: "sample" or "greedy".
             temperature: logits are divided by it (also in the stored log-probs).
             top_k: keep only the k most likely bins (None: all).
-            generator: optional RNG for sampling.
+            generator: optional RNG for sampling: one for the batch or one per row (`vla_models.sampling`).
 
         Returns:
             ``PolicyOutput`` with actions/logprobs/entropy ``[B, C, A]`` and values ``[B]`` or None.

@@ -256,6 +256,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             # ---- 1. rollout: envs start from start states seeded by (seed, epoch), so resume replays exactly;
             # `rollout_epoch` rollouts per iteration, side by side as one batch for the update
             t0 = time.time()
+            w.rollout.set_global_step(epoch)  # schedules over training (pi0's noise annealing) read it
             rollouts = []
             for r in range(algo.rollout_epoch):
                 key = (epoch,) if r == 0 else (epoch, r)  # rollout 0 draws what a single rollout draws

@@ -116,6 +116,12 @@ def _load_settings(s: Mapping[str, Any]) -> dict[str, Any]:
     return dict(model_type="openpi", image_size=s.get("image_size"), **fields)
 
 
+def _is_anneal_schedule(value: Any) -> bool:
+    numbers = isinstance(value, (list, tuple)) and len(value) == 3
+    numbers = numbers and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    return numbers and value[2] > 0
+
+
 def _checks(s: Mapping[str, Any], prefix: str = "") -> list[str]:
     errors: list[str] = []
     if s.get("num_steps") is not None:
@@ -129,10 +135,10 @@ def _checks(s: Mapping[str, Any], prefix: str = "") -> list[str]:
                 )
             elif name == "noise_method":
                 errors += check_one_of(f"{prefix}{key}.noise_method", value, NOISE_METHODS)
-            elif name == "noise_anneal" and value:
+            elif name == "noise_params" and not _is_anneal_schedule(value):
                 errors.append(
-                    f"{prefix}{key}.noise_anneal={value!r} is not supported by this trainer (the rollout does "
-                    "not pass the training step to the policy); allowed: false (set noise_level)"
+                    f"{prefix}{key}.noise_params={value!r} is invalid; allowed: [start, end, steps] with steps > 0 "
+                    "(noise_level goes linearly from start to end over that many training iterations)"
                 )
         for name, flat in _SECTION_ALIASES.items():
             if name in section and section[name] != s.get(flat):

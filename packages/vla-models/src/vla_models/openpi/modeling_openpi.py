@@ -311,8 +311,9 @@ class OpenPiPolicy(nn.Module):
         return self.paligemma_with_expert.paligemma.parameters()
 
     def set_global_step(self, step: int) -> None:
-        """Training step for ``noise_anneal`` (the sampled noise level is stored per row, so it is recomputed
-        exactly whatever the step is when ``evaluate`` runs)."""
+        """The training iteration ``noise_anneal`` reads (the trainer sets it on the rollout before each
+        iteration's rollouts; the sampled noise level is stored per row, so ``evaluate`` recomputes it exactly
+        whatever the step is then)."""
         self.global_step = int(step)
 
     @property

@@ -91,7 +91,15 @@ def _section(s: Mapping[str, Any]) -> dict[str, Any]:
 def _fields(s: Mapping[str, Any]) -> dict[str, Any]:
     """OpenPiConfig fields: the flat keys, then the ``openpi`` section (which wins for
     ``num_images_in_input``), then ``extra``."""
-    keys = ("action_dim", "num_action_chunks", "add_value_head", "precision", "num_images_in_input")
+    keys = (
+        "action_dim",
+        "num_action_chunks",
+        "add_value_head",
+        "precision",
+        "num_images_in_input",
+        "is_lora",
+        "lora_rank",
+    )
     fields: dict[str, Any] = {k: s[k] for k in keys if k in s}
     fields.update(_section(s))
     fields.update(s.get("extra") or {})
@@ -126,6 +134,8 @@ def _checks(s: Mapping[str, Any], prefix: str = "") -> list[str]:
     errors: list[str] = []
     if s.get("num_steps") is not None:
         errors += check_at_least(f"{prefix}num_steps", s["num_steps"], 1)
+    if s.get("is_lora"):
+        errors += check_at_least(f"{prefix}lora_rank", s.get("lora_rank", 32), 1)
     for key in SECTIONS:
         section = s.get(key) or {}
         for name, value in section.items():
@@ -172,6 +182,8 @@ register_family(
                 "num_images_in_input",
                 "add_value_head",
                 "num_steps",
+                "is_lora",
+                "lora_rank",
                 *SECTIONS,
             }
         ),

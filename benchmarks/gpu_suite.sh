@@ -3,7 +3,7 @@
 # end-to-end run of the trainer with env, rollout and actor placed on GPU 0. Logs go to $OUT (default
 # runs/gpu), one file per step; the numbers in benchmarks/RESULTS.md ("GPU" sections) come from these logs.
 #
-#   bash benchmarks/gpu_suite.sh                 # everything (about 7 minutes on one H100)
+#   bash benchmarks/gpu_suite.sh                 # everything (about 10 minutes on one H100)
 #   STEPS="tests kernel" bash benchmarks/gpu_suite.sh
 #   E2E_EPOCHS=30 E2E_CONFIG=metaworld_grpo_tiny_cpu STEPS=e2e bash benchmarks/gpu_suite.sh   # a whole CPU config
 #
@@ -14,7 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-runs/gpu}"
-STEPS="${STEPS:-tests kernel variants openvla e2e}"
+STEPS="${STEPS:-tests kernel variants openvla openpi e2e}"
 PY="${PYTHON:-python3}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD/packages/vla-algos/src:$PWD/packages/vla-envs/src:$PWD/packages/vla-models/src:$PWD/packages/vla-infra/src:$PWD/apps/train_embodied/src${PYTHONPATH:+:$PYTHONPATH}"
@@ -43,6 +43,7 @@ step tests 150 "$PY" -m pytest -p no:cacheprovider -v -rs \
 step kernel 120 "$PY" benchmarks/logprob_kernel.py
 step variants 120 "$PY" benchmarks/logprob_hidden_variants.py --profile
 step openvla 180 "$PY" benchmarks/openvla_gpu.py --batch-sizes 8 32
+step openpi 300 "$PY" benchmarks/openpi_gpu.py --batch-sizes 8 32 --repeats 3
 
 e2e() {  # warm start, then E2E_EPOCHS (3) iterations and the evaluations with env, rollout and actor on GPU 0
     set -o pipefail

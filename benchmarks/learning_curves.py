@@ -3,50 +3,84 @@
     python benchmarks/learning_curves.py                          # PPO + GRPO x seeds 0 1 2 (about 25 min each)
     python benchmarks/learning_curves.py --seeds 0 --configs metaworld_ppo_tiny_cpu
     python benchmarks/learning_curves.py --from-runs runs/curves  # only re-plot finished runs
+    python benchmarks/learning_curves.py --configs metaworld_ppo_pi0_tiny_cpu --policy <sft folder>/policy \
+        --variant sde= --variant noise=actor.model.openpi.noise_method=flow_noise --jobs 6 --out <folder>
 
-For each config it warm-starts once (`vla-sft`, seed 0), then runs `vla-train` per seed with a held-out
-evaluation every `--val-interval` epochs. It writes `<out>/learning_curves.png` (needs matplotlib: the app's
-`plots` extra), `<out>/learning_curves.json`, and prints a markdown table and, per config, the gain in sampled
-success after RL against the bound (+0.30).
+For each config it warm-starts once (`vla-sft`, seed 0; or uses `--policy`), then runs `vla-train` per variant
+and seed with a held-out evaluation every `--val-interval` epochs, `--jobs` runs at a time (one torch thread
+each). A variant is `NAME=override,override,...`. It writes `<out>/learning_curves.png` (needs matplotlib: the
+app's `plots` extra), `<out>/learning_curves.json`, and prints a markdown table and, per config and variant, the
+gain in sampled success after RL against the bound (`--gain-bound`, +0.30).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-GAIN_BOUND = 0.30
 
-
-def run(cmd: list[str]) -> str:
+def run(cmd: list[str], env: dict[str, str] | None = None) -> str:
     print("$", " ".join(cmd), flush=True)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(f"exit {out.returncode}: {' '.join(cmd)}\n{out.stderr[-3000:]}")
     return out.stdout
 
 
+def entry(name: str) -> list[str]:
+    """The ``vla-sft`` / ``vla-train`` command: the installed script, or the module when only sources are on
+    ``PYTHONPATH``."""
+    script = Path(sys.executable).parent / name
+    if script.exists():
+        return [str(script)]
+    main = {"vla-sft": "sft_main", "vla-train": "train_main"}[name]
+    return [sys.executable, "-c", f"import sys; from train_embodied.cli import {main}; sys.exit({main}())"]
+
+
+def variants(specs: list[str]) -> dict[str, list[str]]:
+    """``NAME=override,override`` -> {NAME: [overrides]}; no spec is one unnamed variant."""
+    out: dict[str, list[str]] = {}
+    for spec in specs or ["="]:
+        name, _, rest = spec.partition("=")
+        out[name] = [o for o in rest.split(",") if o]
+    return out
+
+
 def train_curves(args: argparse.Namespace) -> None:
-    bin_dir = Path(sys.executable).parent
+    jobs = []
     for config in args.configs:
         root = Path(args.runs) / config
         policy = (
-            run([str(bin_dir / "vla-sft"), config, f"runner.logger.log_path={root}"]).strip().splitlines()[-1]
+            args.policy
+            or (run([*entry("vla-sft"), config, f"runner.logger.log_path={root}"]).strip().splitlines()[-1])
         )
-        for seed in args.seeds:
-            run(
-                [
-                    str(bin_dir / "vla-train"),
-                    config,
-                    f"actor.model.model_path={policy}",
-                    f"runner.seed={seed}",
-                    f"runner.val_check_interval={args.val_interval}",
-                    f"runner.logger.log_dir={root / f'seed{seed}'}",
-                    "runner.progress_bar=false",
-                    *args.overrides,
-                ]
-            )
+        for name, extra in variants(args.variant).items():
+            for seed in args.seeds:
+                jobs.append(
+                    [
+                        *entry("vla-train"),
+                        config,
+                        f"actor.model.model_path={policy}",
+                        f"runner.seed={seed}",
+                        f"runner.val_check_interval={args.val_interval}",
+                        f"runner.logger.log_dir={root / name / f'seed{seed}'}",
+                        "runner.progress_bar=false",
+                        *args.overrides,
+                        *extra,
+                    ]
+                )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run, cmd, env) for cmd in jobs]
+    failed = [f.exception() for f in futures if f.exception() is not None]
+    for err in failed:
+        print(f"run failed: {err}", file=sys.stderr)
+    print(f"{len(jobs) - len(failed)} of {len(jobs)} runs finished")
 
 
 def curve_of(summary: dict) -> list[tuple[int, float]]:
@@ -70,16 +104,19 @@ def train_curve_of(summary: dict) -> list[tuple[int, float]]:
 
 
 def collect(runs: Path) -> dict[str, list[dict]]:
+    """Finished runs grouped by config (and variant: the folder between the config's and the seed's)."""
     found: dict[str, list[dict]] = {}
     for path in sorted(runs.rglob("summary.json")):
         summary = json.loads(path.read_text())
         if "success_before_rl" not in summary or "success_after_rl" not in summary:
             continue
-        found.setdefault(summary["config"], []).append(summary)
+        rel = path.parent.relative_to(runs).parts
+        variant = "/".join(rel[1:-1]) if len(rel) > 2 else ""
+        found.setdefault(summary["config"] + (f" [{variant}]" if variant else ""), []).append(summary)
     return found
 
 
-def plot(found: dict[str, list[dict]], out: Path) -> Path | None:
+def plot(found: dict[str, list[dict]], out: Path, title: str) -> Path | None:
     """One panel per config: held-out success per seed (markers), their mean (thick line), and the success of
     each seed's training episodes per iteration (faint dashed lines)."""
     try:
@@ -120,9 +157,7 @@ def plot(found: dict[str, list[dict]], out: Path) -> Path | None:
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(
-        "MetaWorld drawer-close-v3, tiny OpenVLA-OFT warm-started by SFT, 2 CPU cores; held-out = 50 unseen starts"
-    )
+    fig.suptitle(title)
     png = out / "learning_curves.png"
     fig.tight_layout()
     fig.savefig(png, dpi=120)
@@ -154,6 +189,21 @@ def main() -> int:
     parser.add_argument("--runs", default="runs/curves", help="folder for the runs")
     parser.add_argument("--out", default="benchmarks/results", help="folder for the PNG and JSON")
     parser.add_argument(
+        "--policy", default=None, help="warm-start policy folder for every run (skips vla-sft)"
+    )
+    parser.add_argument(
+        "--variant", action="append", default=[], help="NAME=override,override (repeatable): runs per variant"
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one torch thread each)")
+    parser.add_argument(
+        "--gain-bound", type=float, default=0.30, help="aimed gain in held-out sampled success"
+    )
+    parser.add_argument(
+        "--title",
+        default="MetaWorld drawer-close-v3, tiny OpenVLA-OFT warm-started by SFT, 2 CPU cores; held-out = 50 "
+        "unseen starts",
+    )
+    parser.add_argument(
         "--from-runs", default=None, help="skip training; plot the summary.json files found here"
     )
     parser.add_argument("overrides", nargs="*", help="extra vla-train overrides")
@@ -172,7 +222,7 @@ def main() -> int:
             indent=2,
         )
     )
-    png = plot(found, out)
+    png = plot(found, out, args.title)
     print(table(found))
     for config, summaries in found.items():
         gains = [s["success_after_rl"] - s["success_before_rl"] for s in summaries]
@@ -180,7 +230,7 @@ def main() -> int:
         spread = (sum((g - mean_gain) ** 2 for g in gains) / max(len(gains) - 1, 1)) ** 0.5
         print(
             f"{config}: gain in sampled success {mean_gain:+.2f} (seed-to-seed std {spread:.2f}) over "
-            f"{len(gains)} seed(s); ratio to the +{GAIN_BOUND:.2f} bound: {mean_gain / GAIN_BOUND:.2f}"
+            f"{len(gains)} seed(s); ratio to the +{args.gain_bound:.2f} bound: {mean_gain / args.gain_bound:.2f}"
         )
     if png:
         print(f"plot: {png}")

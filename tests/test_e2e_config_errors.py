@@ -140,7 +140,10 @@ def test_bad_values_give_one_clear_line(override: str, expected: str, capsys) ->
             "actor.model.openpi.noise_method='flow_magic' is not one of: flow_sde, flow_noise, flow_cps, flow_ode",
         ),
         ("+actor.model.openpi.noise_levl=0.3", "actor.model.openpi.noise_levl is not a pi0 / pi0.5 key"),
-        ("+actor.model.openpi.noise_anneal=true", "actor.model.openpi.noise_anneal=True is not supported"),
+        (
+            "+actor.model.openpi.noise_params=[0.7,0.3,0]",
+            "actor.model.openpi.noise_params=[0.7, 0.3, 0] is invalid",
+        ),
         ("+actor.model.OpenPI.action_chunk=8", "actor.model.OpenPI.action_chunk=8 contradicts"),
         ("actor.model.use_film=true", "actor.model.use_film=True is invalid with model_type='openpi'"),
     ],

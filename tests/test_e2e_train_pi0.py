@@ -51,3 +51,26 @@ def test_ppo_from_the_warm_start(sft_policy: Path, tmp_path: Path, method: str) 
     assert math.isfinite(rows[1]["train/critic/value_loss"])
     saved = json.loads((tmp_path / "run" / "policy" / "config.json").read_text())["vla_models"]
     assert saved["family"] == "openpi" and saved["noise_method"] == method
+
+
+def test_lora_policy_with_an_annealed_noise_level(sft_policy: Path, tmp_path: Path) -> None:
+    """LoRA (`is_lora`) on the warm start trains and is exported merged. `noise_anneal`: the rollout samples with the level of the current iteration (0.9, then 0.1 from the
+    second on), and the actor recomputes each row's density with the level stored for it: flow_sde's
+    per-dimension entropy, 0.5 * log(2 pi e sigma^2) with sigma proportional to the level, drops by
+    log(0.9 / 0.1) = 2.2 between the two iterations, give or take the rows' different scored steps (each step
+    has its own sigma; a run at a constant level moves by well under 1)."""
+    overrides = [*PPO_TINY, "runner.max_epochs=2", f"actor.model.model_path={sft_policy}"]
+    overrides += ["+actor.model.openpi.noise_anneal=true", "+actor.model.openpi.noise_params=[0.9,0.1,1]"]
+    overrides += ["actor.model.is_lora=true", "actor.model.lora_rank=4"]
+    summary = run_train(CONFIG, overrides, tmp_path / "run")
+    from safetensors import safe_open
+
+    with safe_open(str(Path(summary["checkpoint"]) / "model.safetensors"), "pt") as f:
+        assert any(".lora_A" in k for k in f.keys())  # noqa: SIM118 (safe_open is not iterable)
+    saved = json.loads((tmp_path / "run" / "policy" / "config.json").read_text())["vla_models"]
+    assert saved["is_lora"] is False  # merged on export
+    rows = [r for r in read_metrics(tmp_path / "run") if "train/actor/entropy_loss" in r]
+    assert len(rows) == 2
+    first, second = rows[0]["train/actor/entropy_loss"], rows[1]["train/actor/entropy_loss"]
+    assert 1.5 < first - second < 3.0, (first, second)
+    assert rows[1]["train/actor/first_minibatch_approx_kl"] < 1e-6

@@ -294,6 +294,45 @@ def test_gradients_reach_only_what_is_trained() -> None:
     )
 
 
+@pytest.mark.parametrize("pi05,expert_only", [(False, False), (True, True)])
+def test_lora_trains_adapters_and_heads_and_exports_merged(tmp_path, pi05: bool, expert_only: bool) -> None:
+    """``is_lora``: adapters on the language model's and the expert's projections (the expert's alone with
+    ``train_expert_only``); every base weight of PaliGemma and the expert is frozen; the fresh adapters leave
+    the outputs unchanged; ``save_pretrained`` writes merged weights that reproduce the trained LoRA policy."""
+    plain = _policy(pi05=pi05, add_value_head=True, train_expert_only=expert_only)
+    plain.save_pretrained(str(tmp_path / "base"))
+    lora = load_policy(str(tmp_path / "base"), is_lora=True, lora_rank=4).eval()
+    obs = _obs()
+    for a, b in zip(_outputs(plain, obs), _outputs(lora, obs), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    trainable = {n for n, p in lora.named_parameters() if p.requires_grad}
+    body = {n for n in trainable if n.startswith("paligemma_with_expert.")}
+    assert body and all(".lora_" in n for n in body)
+    assert any(n.startswith("paligemma_with_expert.gemma_expert.") for n in body)
+    assert any(n.startswith("paligemma_with_expert.paligemma.") for n in body) is not expert_only
+    assert not any("vision_tower" in n or "embed_tokens" in n for n in trainable)
+    assert {"action_in_proj.weight", "action_out_proj.weight", "value_head.mlp.0.weight"} & trainable
+    # one optimiser step on the adapters moves the outputs; the merged export reproduces them
+    opt = torch.optim.SGD([p for p in lora.parameters() if p.requires_grad], lr=0.5)
+    out = lora.predict(obs, generator=torch.Generator().manual_seed(3))
+    logp, _, values = lora.evaluate(out.forward_inputs)
+    (-logp.mean() + values.pow(2).mean()).backward()
+    opt.step()
+    assert any(p.abs().sum() > 0 for n, p in lora.named_parameters() if "lora_B" in n)
+    lora.save_pretrained(str(tmp_path / "merged"))
+    saved = json.loads((tmp_path / "merged" / "config.json").read_text())["vla_models"]
+    assert saved["is_lora"] is False
+    loaded = load_policy(str(tmp_path / "merged")).eval()
+    assert not any("lora_" in n for n in loaded.state_dict())
+    for a, b in zip(_outputs(lora, obs), _outputs(loaded, obs), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    # loading the export with is_lora=True adds fresh adapters on top of the merged weights
+    again = load_policy(str(tmp_path / "merged"), is_lora=True, lora_rank=4).eval()
+    assert any("lora_A" in n for n, _ in again.named_parameters())
+    for a, b in zip(_outputs(loaded, obs), _outputs(again, obs), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_sft_loss_learns_a_fixed_mapping() -> None:
     policy = _policy(sft_loss_dims="env").train()
     obs = _obs(b=8)

@@ -41,3 +41,24 @@ def test_kernel_path_matches_torch_reference_on_cuda() -> None:
     ref = torch.log_softmax(action_logits(hidden, weight, temperature=t, top_k=k), -1)
     torch.testing.assert_close(logp, ref.gather(-1, offsets[..., None])[..., 0], atol=2e-3, rtol=2e-3)
     torch.testing.assert_close(ent, -(ref.exp() * ref).sum(-1), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize(
+    "pi05,noise_method", [(False, "flow_sde"), (False, "flow_noise"), (True, "flow_sde"), (True, "flow_cps")]
+)
+def test_openpi_predict_equals_evaluate_on_cuda_bf16(pi05: bool, noise_method: str, make_obs_fn) -> None:
+    from vla_models import OpenPiConfig
+
+    cfg = OpenPiConfig.tiny(
+        pi05=pi05, noise_method=noise_method, add_value_head=True, precision="bf16", action_dim=7
+    )
+    policy = build_policy(cfg).cuda()
+    out = policy.predict(make_obs_fn(8), temperature=1.3)
+    assert out.actions.device.type == "cuda" and torch.isfinite(out.actions).all()
+    logp, ent, values = policy.evaluate(out.forward_inputs)
+    assert torch.equal(logp, out.logprobs) and torch.equal(ent, out.entropy)
+    assert torch.equal(values, out.values)
+    (logp.mean() + values.mean()).backward()
+    assert policy.value_head is not None
+    grads = [p.grad for p in policy.value_head.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)

@@ -287,6 +287,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             # ---- 1. rollout: envs start from start states seeded by (seed, epoch), so resume replays exactly;
             # `rollout_epoch` rollouts per iteration, side by side as one batch for the update
             t0 = time.time()
+            w.rollout.set_global_step(epoch)  # schedules over training (pi0's noise annealing) read it
             for _attempt in range(1 + w.max_restarts):
                 restarts = w.rollout.num_restarts
                 w.rollout.clear_trajectories()

@@ -229,6 +229,11 @@ class RolloutWorker(Worker):
         return {"model": is_offloaded(self.policy)}
 
     @register("one_to_all", collect="none", replay=True)
+    def set_global_step(self, step: int) -> None:
+        """The training iteration, for policies with a schedule over training (pi0's `noise_anneal`)."""
+        self.policy.set_global_step(step)
+
+    @register("one_to_all", collect="none", replay=True)
     def seed(self, seed: int) -> None:
         """Re-seed the sampling RNG (each epoch: a resumed run samples exactly as an uninterrupted one).
 

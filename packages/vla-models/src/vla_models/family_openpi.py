@@ -91,7 +91,15 @@ def _section(s: Mapping[str, Any]) -> dict[str, Any]:
 def _fields(s: Mapping[str, Any]) -> dict[str, Any]:
     """OpenPiConfig fields: the flat keys, then the ``openpi`` section (which wins for
     ``num_images_in_input``), then ``extra``."""
-    keys = ("action_dim", "num_action_chunks", "add_value_head", "precision", "num_images_in_input")
+    keys = (
+        "action_dim",
+        "num_action_chunks",
+        "add_value_head",
+        "precision",
+        "num_images_in_input",
+        "is_lora",
+        "lora_rank",
+    )
     fields: dict[str, Any] = {k: s[k] for k in keys if k in s}
     fields.update(_section(s))
     fields.update(s.get("extra") or {})
@@ -116,10 +124,18 @@ def _load_settings(s: Mapping[str, Any]) -> dict[str, Any]:
     return dict(model_type="openpi", image_size=s.get("image_size"), **fields)
 
 
+def _is_anneal_schedule(value: Any) -> bool:
+    numbers = isinstance(value, (list, tuple)) and len(value) == 3
+    numbers = numbers and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value)
+    return numbers and value[2] > 0
+
+
 def _checks(s: Mapping[str, Any], prefix: str = "") -> list[str]:
     errors: list[str] = []
     if s.get("num_steps") is not None:
         errors += check_at_least(f"{prefix}num_steps", s["num_steps"], 1)
+    if s.get("is_lora"):
+        errors += check_at_least(f"{prefix}lora_rank", s.get("lora_rank", 32), 1)
     for key in SECTIONS:
         section = s.get(key) or {}
         for name, value in section.items():
@@ -129,10 +145,10 @@ def _checks(s: Mapping[str, Any], prefix: str = "") -> list[str]:
                 )
             elif name == "noise_method":
                 errors += check_one_of(f"{prefix}{key}.noise_method", value, NOISE_METHODS)
-            elif name == "noise_anneal" and value:
+            elif name == "noise_params" and not _is_anneal_schedule(value):
                 errors.append(
-                    f"{prefix}{key}.noise_anneal={value!r} is not supported by this trainer (the rollout does "
-                    "not pass the training step to the policy); allowed: false (set noise_level)"
+                    f"{prefix}{key}.noise_params={value!r} is invalid; allowed: [start, end, steps] with steps > 0 "
+                    "(noise_level goes linearly from start to end over that many training iterations)"
                 )
         for name, flat in _SECTION_ALIASES.items():
             if name in section and section[name] != s.get(flat):
@@ -166,6 +182,8 @@ register_family(
                 "num_images_in_input",
                 "add_value_head",
                 "num_steps",
+                "is_lora",
+                "lora_rank",
                 *SECTIONS,
             }
         ),

@@ -183,6 +183,10 @@ class PrismaticVLAPolicy(nn.Module):
         self.to(DTYPES[self.config.precision])
         return self
 
+    def set_global_step(self, step: int) -> None:
+        """The training iteration, for policies with a schedule over training (pi0's noise annealing); this
+        family has none."""
+
     def merge_lora(self) -> None:
         """Fold LoRA into the base weights in place (for export); the policy then has no adapters."""
         merge_lora_(self.backbone.language_model)

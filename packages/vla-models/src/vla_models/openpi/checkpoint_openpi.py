@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 
 from vla_models.checkpoint import INDEX_NAME, read_json, read_state_dict
 from vla_models.dtypes import default_dtype
+from vla_models.lora import has_lora, merged_state_dict
 from vla_models.openpi.configuration_openpi import CONFIG_PRESETS, OpenPiConfig, PaliGemmaExpertSizes
 from vla_models.openpi.processing_openpi import read_norm_stats, write_norm_stats
 
@@ -308,7 +309,8 @@ def save_openpi(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 102
     cfg: OpenPiConfig = policy.config
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    sd = to_openpi_names({k: v.detach().contiguous().cpu() for k, v in policy.state_dict().items()})
+    state = merged_state_dict(policy) if has_lora(policy) else policy.state_dict()  # LoRA: exported merged
+    sd = to_openpi_names({k: v.detach().contiguous().cpu() for k, v in state.items()})
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
     for k in sorted(sd):
@@ -332,6 +334,7 @@ def save_openpi(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 102
         )
     vla = cfg.to_dict()
     vla["family"] = "openpi"
+    vla["is_lora"] = False  # weights are merged; pass is_lora=True to load_policy to add fresh adapters
     vla["model_path"] = None
     vla["norm_stats"] = None
     if cfg.tokenizer != "tiny":

@@ -159,7 +159,10 @@ class OpenPiConfig:
         time_embedding_dtype: dtype of the sinusoidal time embedding ("float64" as openpi; "float32" as transformers'
             PI0).
         tokenizer: "tiny" (in-code BPE), "checkpoint" (from ``model_path``) or a tokenizer folder.
-        is_lora / lora_rank: not supported for this family (refused).
+        is_lora / lora_rank: LoRA (peft, alpha = rank) on the attention and MLP projections of the Gemma language
+            model and of the action expert (of the expert alone with ``train_expert_only``). The vision tower,
+            projector, embeddings, norms and base projections are frozen; the action, state and time
+            projections and the value and noise heads train. ``save_pretrained`` writes merged weights.
     """
 
     family: ClassVar[str] = "openpi"
@@ -231,10 +234,8 @@ class OpenPiConfig:
         for name, (v, allowed) in checks.items():
             if v not in allowed:
                 raise ValueError(f"{name}={v!r} is not supported; allowed: {allowed}")
-        if self.is_lora:
-            raise ValueError(
-                "is_lora=True is not supported for model_type='openpi' (train the expert instead)"
-            )
+        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 1:
+            raise ValueError(f"lora_rank must be an int >= 1, got {self.lora_rank!r}")
         if not self.noise_level >= 0:
             raise ValueError(f"noise_level must be >= 0, got {self.noise_level!r}")
         self.noise_params = tuple(float(x) for x in self.noise_params)  # type: ignore[assignment]

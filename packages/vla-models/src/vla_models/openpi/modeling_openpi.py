@@ -35,6 +35,7 @@ from transformers import GemmaConfig, GemmaModel, SiglipVisionConfig, SiglipVisi
 from transformers.models.gemma.modeling_gemma import GemmaAttention, GemmaMLP, GemmaRMSNorm
 
 from vla_models.dtypes import DTYPES
+from vla_models.lora import apply_lora, merge_lora_
 from vla_models.openpi.configuration_openpi import OpenPiConfig
 from vla_models.openpi.flow_logprob import (
     gaussian_entropy,
@@ -301,19 +302,35 @@ class OpenPiPolicy(nn.Module):
 
     # ---- setup --------------------------------------------------------------------------------------------
     def finalize(self) -> OpenPiPolicy:
-        """Freeze PaliGemma with ``train_expert_only`` and cast to ``precision``; call after loading weights."""
-        if self.config.train_expert_only:
+        """Freeze PaliGemma with ``train_expert_only``, add LoRA with ``is_lora`` (the language model's and the
+        expert's projections adapt, every other weight of PaliGemma and the expert is frozen) and cast to
+        ``precision``; call after loading weights."""
+        cfg = self.config
+        if cfg.is_lora:
+            body = self.paligemma_with_expert
+            for p in body.parameters():
+                p.requires_grad_(False)
+            apply_lora(body.gemma_expert.model, rank=cfg.lora_rank)
+            if not cfg.train_expert_only:
+                apply_lora(body.paligemma.model.language_model, rank=cfg.lora_rank)
+        if cfg.train_expert_only:
             for p in self.vlm_parameters():
                 p.requires_grad_(False)
-        self.to(DTYPES[self.config.precision])
+        self.to(DTYPES[cfg.precision])
         return self
+
+    def merge_lora(self) -> None:
+        """Fold LoRA into the base weights in place (for export); the policy then has no adapters."""
+        merge_lora_(self.paligemma_with_expert)
+        self.config = self.config.replace(is_lora=False)
 
     def vlm_parameters(self):
         return self.paligemma_with_expert.paligemma.parameters()
 
     def set_global_step(self, step: int) -> None:
-        """Training step for ``noise_anneal`` (the sampled noise level is stored per row, so it is recomputed
-        exactly whatever the step is when ``evaluate`` runs)."""
+        """The training iteration ``noise_anneal`` reads (the trainer sets it on the rollout before each
+        iteration's rollouts; the sampled noise level is stored per row, so ``evaluate`` recomputes it exactly
+        whatever the step is then)."""
         self.global_step = int(step)
 
     @property

@@ -3,7 +3,7 @@
 # end-to-end run of the trainer with env, rollout and actor placed on GPU 0. Logs go to $OUT (default
 # runs/gpu), one file per step; the numbers in benchmarks/RESULTS.md ("GPU" sections) come from these logs.
 #
-#   bash benchmarks/gpu_suite.sh                 # everything (about 10 minutes on one H100)
+#   bash benchmarks/gpu_suite.sh                 # everything (about 8 minutes on one H100: 7 before the openpi step, which took 67 s)
 #   STEPS="tests kernel" bash benchmarks/gpu_suite.sh
 #   E2E_EPOCHS=30 E2E_CONFIG=metaworld_grpo_tiny_cpu STEPS=e2e bash benchmarks/gpu_suite.sh   # a whole CPU config
 #

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +48,8 @@ def variants(specs: list[str]) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for spec in specs or ["="]:
         name, _, rest = spec.partition("=")
-        out[name] = [o for o in rest.split(",") if o]
+        # commas inside [...] or {...} belong to a list or dict value (noise_logvar_range=[0.16,0.32])
+        out[name] = [o for o in re.split(r",(?![^\[{]*[\]}])", rest) if o]
     return out
 
 

@@ -174,6 +174,30 @@ def test_grpo_iterations_with_groups(tmp_path: Path) -> None:
     assert summary["env_steps"] <= 2 * 4 * 6
 
 
+def test_grpo_warns_when_the_filter_drops_every_group(tmp_path: Path, capsys) -> None:
+    # bounds no score can reach: a 6-decision episode scores at most 6 x 4 sim steps x 10 (MetaWorld's reward cap)
+    overrides = [o for o in GRPO_TINY if not o.startswith("algorithm.filter_rewards")]
+    bounds = ["algorithm.rewards_lower_bound=1000", "algorithm.rewards_upper_bound=2000"]
+    log_dir = tmp_path / "grpo_filtered"
+    run_train(
+        "metaworld_grpo_tiny_cpu",
+        [
+            *overrides,
+            *bounds,
+            "runner.max_epochs=2",
+            "runner.eval_greedy=false",
+            "runner.eval_before_train=false",
+        ],
+        log_dir,
+    )
+    rows = [r for r in read_metrics(log_dir) if "rollout/kept_group_fraction" in r]
+    assert [r["rollout/kept_group_fraction"] for r in rows] == [0.0, 0.0]
+    assert all(r["train/actor/num_samples"] == 0 for r in rows)
+    out = capsys.readouterr().out
+    assert out.count("every group's mean score was outside [1000.0, 2000.0]") == 1  # once per run
+    assert "algorithm.filter_rewards=false" in out
+
+
 def test_eval_only_writes_videos(tmp_path: Path, capsys) -> None:
     from train_embodied.cli import eval_main
 

@@ -265,6 +265,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             num_decisions = min(num_decisions, tc.env_train.max_episode_steps)
         w.actor_rows(rollout_rows(tc, estimator.grouped_starts))  # refuses a split that would cut a group
         skips = SkippedUpdates(runner.max_consecutive_skipped_updates)
+        warned_no_groups = False  # the filter-dropped-every-group warning, printed once
         epochs = tqdm(
             range(state["epoch"], runner.max_epochs),
             desc=f"RL ({algo.adv_type})",
@@ -331,6 +332,16 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             skips.record(epoch + 1, skipped, why)
             state["global_step"] = int(w.actor.global_steps())
             timings["time/actor_update"] = time.time() - t0
+            if train_metrics.get("rollout/kept_group_fraction", 1.0) == 0.0 and not warned_no_groups:
+                warned_no_groups = True
+                mean_score = train_metrics.get("rollout/scores_mean", float("nan"))
+                print(
+                    f"[rl] iteration {epoch + 1}: every group's mean score was outside "
+                    f"[{algo.rewards_lower_bound}, {algo.rewards_upper_bound}] (mean score {mean_score:.3g}), so the "
+                    "update trained on nothing (algorithm.filter_rewards drops all-fail and all-success groups). "
+                    "Scores on another scale (env reward_mode=dense, reward_coef) need algorithm.rewards_lower_bound "
+                    "/ rewards_upper_bound on that scale, or algorithm.filter_rewards=false. Shown once per run."
+                )
 
             # ---- 4. log
             timings["time/step"] = time.time() - t_epoch

@@ -116,6 +116,10 @@ def _cli_errors(main, argv, capsys) -> list[str]:
             "algorithm.kl_beta=0.1",
             "algorithm.kl_beta=0.1 is not supported: the KL penalty to a reference policy",
         ),
+        (
+            "algorithm.filter_rewards=true",
+            "algorithm.filter_rewards=True is invalid with algorithm.adv_type='gae'",
+        ),
         ("algorithm.gama=0.9", "unknown config key 'algorithm.gama'"),
         ("+algorithm.gama=0.9", "unknown key 'algorithm.gama' (did you mean 'algorithm.gamma'?)"),
         ("env@env.train=metaworld_drawer", "unknown option 'env/metaworld_drawer' for config group 'env'"),

@@ -205,6 +205,12 @@ class AlgorithmSection:
             errors.append(
                 f"{prefix}.group_size={self.group_size!r} is invalid: GRPO needs groups of >= 2 envs"
             )
+        if self.adv_type == "gae" and self.filter_rewards:
+            errors.append(
+                f"{prefix}.filter_rewards=True is invalid with {prefix}.adv_type='gae': the filter drops whole "
+                f"groups of same-start envs by their mean score, which only GRPO forms (set it to false, or "
+                f"{prefix}.adv_type=grpo)"
+            )
         if self.adv_type == "gae" and self.loss_type != "actor_critic":
             errors.append(
                 f"{prefix}.loss_type={self.loss_type!r} is invalid with {prefix}.adv_type='gae': "

@@ -49,11 +49,14 @@ def compute_advantages(
     algo: AlgorithmSection,
     *,
     all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    task_groups: tuple[torch.Tensor, int] | None = None,
 ) -> Advantages:
     """Advantages, value targets and the loss mask of one rollout (see module docstring).
 
     `all_reduce`: `batch` is one data-parallel rank's whole rows of the rollout; it sums a tensor over the ranks so
-    that whitening uses the statistics of the whole rollout (the estimators themselves need only whole rows)."""
+    that whitening uses the statistics of the whole rollout (the estimators themselves need only whole rows).
+    `task_groups`: (int64 [B] group of each row, number of groups) for `algorithm.normalize_advantages_per_task`,
+    numbered alike on every rank (`task_groups`); None: from `batch.task_ids` (this process holds every row)."""
     estimator = get_advantage_estimator(algo.adv_type)
     if estimator.needs_values and batch.values is None:
         raise ValueError(
@@ -76,8 +79,17 @@ def compute_advantages(
     loss_mask = est.loss_mask
     stats = {f"rollout/{k}": v for k, v in est.stats.items()}
     action_mask = rollout_action_mask(batch.terminated, batch.truncated)
+    groups, num_groups = (None, None)
+    if algo.normalize_advantages and algo.normalize_advantages_per_task:
+        groups, num_groups = task_groups if task_groups is not None else _task_groups(batch)
     advantages = normalize_advantages(
-        est.advantages, loss_mask, action_mask, whiten=algo.normalize_advantages, all_reduce=all_reduce
+        est.advantages,
+        loss_mask,
+        action_mask,
+        whiten=algo.normalize_advantages,
+        all_reduce=all_reduce,
+        groups=groups,
+        num_groups=num_groups,
     )
     sel_mask = loss_mask if advantages.ndim == 2 else loss_mask[..., None] & action_mask
     sel = advantages[sel_mask] if sel_mask.any() else advantages.reshape(-1)[:1] * 0
@@ -121,6 +133,23 @@ def compute_advantages(
         sample_weight=weight,
         stat_weights=weights,
     )
+
+
+def _task_groups(batch: RolloutBatch) -> tuple[torch.Tensor, int]:
+    if batch.task_ids is None:
+        raise ValueError(
+            "algorithm.normalize_advantages_per_task=True needs each env row's task, which this rollout did not "
+            "record (RolloutBatch.task_ids)"
+        )
+    uniq, inverse = torch.unique(batch.task_ids, return_inverse=True)
+    return inverse, len(uniq)
+
+
+def task_groups(local_ids: torch.Tensor, all_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(group of each of `local_ids` [b], number of groups), the groups numbered by the sorted distinct task ids of
+    `all_ids` (every rank's rows): the same numbering on every data-parallel rank."""
+    uniq = torch.unique(all_ids)
+    return torch.searchsorted(uniq, local_ids), len(uniq)
 
 
 def flatten_for_update(batch: RolloutBatch, adv: Any) -> SampleBatch:

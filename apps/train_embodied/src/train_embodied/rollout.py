@@ -6,6 +6,7 @@ With `pipeline_stage_num = S > 1` the envs are S separate env groups: while stag
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +40,8 @@ class RolloutBatch:
         episodes: metrics of finished episodes: dict of float32 [E] arrays (success_once, return, episode_len).
         first_scores: float32 [B] return of each env's first episode (GRPO group score), NaN if unfinished.
         env_steps: simulator-level decisions x chunk taken (for learning curves).
+        task_ids: int64 [B] each row's task: a stable id of its instruction at the rollout's start (`task_id`;
+            a row keeps its task through the rollout). None where the rollout did not record it.
     """
 
     forward_inputs: dict[str, torch.Tensor]
@@ -53,6 +56,18 @@ class RolloutBatch:
     episodes: dict[str, np.ndarray] = field(default_factory=dict)
     first_scores: torch.Tensor | None = None
     env_steps: int = 0
+    task_ids: torch.Tensor | None = None
+
+
+def task_id(instruction: str) -> int:
+    """A stable int64 id of a task instruction: the same text gives the same id in every process and run (the
+    rows of one task are grouped by it, e.g. for per-task advantage whitening, across data-parallel ranks)."""
+    return int.from_bytes(hashlib.blake2b(instruction.encode("utf-8"), digest_size=7).digest(), "little")
+
+
+def task_ids_of(obs: dict[str, Any]) -> torch.Tensor:
+    """int64 [B]: `task_id` of each row's instruction in an observation batch."""
+    return torch.tensor([task_id(str(d)) for d in obs["task_descriptions"]], dtype=torch.int64)
 
 
 def _concat_obs(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -104,6 +119,7 @@ def collect_rollout(
     num_stages = len(env_stages)
     obs = [env_stages[s].reset(**reset_kwargs[s]) for s in range(num_stages)]
     sizes = [len(o["task_descriptions"]) for o in obs]
+    task_ids = torch.cat([task_ids_of(o) for o in obs])
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     b_total = sum(sizes)
     steps: list[dict[str, Any]] = []
@@ -149,7 +165,9 @@ def collect_rollout(
     bar.close()
     last_obs = _concat_obs(obs)
     last_values = rollout.values(last_obs) if bootstrap_truncation else torch.zeros(b_total)
-    return _stack(steps, last_values, episodes, first_scores, env_steps)
+    batch = _stack(steps, last_values, episodes, first_scores, env_steps)
+    batch.task_ids = task_ids
+    return batch
 
 
 def _merge_step(outs: list[Prediction], results: list[EnvStep], sizes: list[int]) -> dict[str, Any]:
@@ -236,6 +254,7 @@ def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
         [{k: _pad_time(v, t) for k, v in b.forward_inputs.items()} for b in batches], dim=1
     )
     first = [b.first_scores for b in batches]
+    tasks = [b.task_ids for b in batches]
     return RolloutBatch(
         forward_inputs=forward_inputs,
         logprobs=None if batches[0].logprobs is None else cat(lambda b: b.logprobs),
@@ -249,4 +268,5 @@ def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
         episodes={k: np.concatenate([b.episodes[k] for b in batches]) for k in batches[0].episodes},
         first_scores=None if any(f is None for f in first) else torch.cat(first),  # type: ignore[arg-type]
         env_steps=sum(b.env_steps for b in batches),
+        task_ids=None if any(t is None for t in tasks) else torch.cat(tasks),  # type: ignore[arg-type]
     )

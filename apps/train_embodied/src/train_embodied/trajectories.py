@@ -57,6 +57,7 @@ class RolloutShard:
         loss_mask: bool [B, T] decisions inside an episode.
         last_values: float32 [B] V(obs after the last decision).
         split_unit: rows that must stay on one rank.
+        task_ids: int64 [B] each row's task (`RolloutBatch.task_ids`), None where the rollout did not record it.
     """
 
     rows: np.ndarray
@@ -67,6 +68,7 @@ class RolloutShard:
     loss_mask: torch.Tensor
     last_values: torch.Tensor
     split_unit: int = 1
+    task_ids: torch.Tensor | None = None
 
 
 def rollout_rows(tc: Any, grouped: bool) -> tuple[int, int]:
@@ -90,6 +92,7 @@ def rollout_shard(batch: RolloutBatch, *, split_unit: int = 1) -> RolloutShard:
         loss_mask=rows_first(batch.loss_mask),
         last_values=batch.last_values,
         split_unit=split_unit,
+        task_ids=batch.task_ids,
     )
 
 
@@ -173,6 +176,7 @@ def assemble_rollout(shard: RolloutShard, pieces: list[TrajectoryPiece]) -> Roll
         final_values=time_first(shard.final_values),
         loss_mask=time_first(shard.loss_mask),
         last_values=shard.last_values,
+        task_ids=shard.task_ids,
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from train_embodied.advantages import compute_advantages, flatten_for_update
+from train_embodied.advantages import compute_advantages, flatten_for_update, task_groups
 from train_embodied.batches import EnvStep, Prediction, SampleBatch
 from train_embodied.config.sections import (
     AlgorithmSection,
@@ -530,7 +530,13 @@ class ActorWorker(Worker):
         """
         parts = channel.get_batch(int(num_parts), key=self.rank, timeout=600.0)
         batch = assemble_rollout(shard, [piece for part in parts for piece in part])
-        adv = compute_advantages(batch, self.algorithm, all_reduce=all_reduce_sum if self.sharded else None)
+        groups = None
+        if self.sharded and self.algorithm.normalize_advantages_per_task and batch.task_ids is not None:
+            # per-task whitening over every rank's rows: the groups are numbered alike on every rank
+            groups = task_groups(batch.task_ids, torch.cat(gather_objects(batch.task_ids)))
+        adv = compute_advantages(
+            batch, self.algorithm, all_reduce=all_reduce_sum if self.sharded else None, task_groups=groups
+        )
         stats = combine_rank_stats(gather_objects((adv.stats, adv.stat_weights)))
         samples = flatten_for_update(batch, adv)
         bad = sorted({name for names in gather_objects(nonfinite_inputs(samples)) for name in names})

@@ -36,7 +36,7 @@ from vla_algos.grpo import (
     group_reward_filter,
 )
 from vla_algos.kl import KL_KINDS, kl_penalty
-from vla_algos.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from vla_algos.masked import masked_group_whiten, masked_mean, masked_sum, masked_var, masked_whiten
 from vla_algos.objectives import actor_critic_loss, actor_loss
 from vla_algos.policy_loss import entropy_loss, ppo_actor_loss
 from vla_algos.registry import (
@@ -94,6 +94,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "masked_group_whiten",
     "normalize_advantages",
     "ppo_actor_loss",
     "reduce_logprobs",

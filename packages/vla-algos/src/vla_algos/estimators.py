@@ -30,7 +30,7 @@ from vla_algos.grpo import (
     first_episode_scores,
     group_reward_filter,
 )
-from vla_algos.masked import masked_whiten
+from vla_algos.masked import masked_group_whiten, masked_whiten
 
 
 @dataclass
@@ -184,6 +184,8 @@ def normalize_advantages(
     *,
     whiten: bool,
     all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    groups: torch.Tensor | None = None,
+    num_groups: int | None = None,
 ) -> torch.Tensor:
     """Whiten (optionally) over the decisions and executed actions that enter the loss, then zero the
     advantages of actions the env never executed (action level).
@@ -195,13 +197,23 @@ def normalize_advantages(
         whiten: subtract the masked mean and divide by the masked std.
         all_reduce: the rollout is spread over data-parallel ranks: sums a tensor over them, so the whitening
             statistics are those of the whole rollout (:func:`vla_algos.masked_whiten`).
+        groups: int64 ``[B]`` in ``[0, num_groups)``: whiten each group of env columns by its own statistics
+            (:func:`vla_algos.masked_group_whiten`; e.g. one group per task, so that each task's advantages have
+            zero mean: a task the critic over- or under-rates does not push the policy as a whole). None: one
+            group.
+        num_groups: the number of groups (needed with ``groups``).
 
     Returns:
         Advantages of the same shape.
     """
     if whiten and (all_reduce is not None or loss_mask.any()):
         mask = loss_mask if advantages.ndim == 2 else loss_mask[..., None] & action_mask
-        advantages = masked_whiten(advantages, mask, all_reduce=all_reduce)
+        if groups is None:
+            advantages = masked_whiten(advantages, mask, all_reduce=all_reduce)
+        else:
+            if num_groups is None:
+                raise ValueError("normalize_advantages: `groups` needs `num_groups`")
+            advantages = masked_group_whiten(advantages, mask, groups, num_groups, all_reduce=all_reduce)
     if advantages.ndim == 3:  # action level: advantages of unexecuted actions are meaningless
         advantages = advantages * action_mask
     return advantages

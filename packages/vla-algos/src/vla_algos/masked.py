@@ -114,6 +114,59 @@ def masked_whiten(
     return whitened
 
 
+def masked_group_whiten(
+    x: torch.Tensor,
+    mask: torch.Tensor | None,
+    groups: torch.Tensor,
+    num_groups: int,
+    *,
+    eps: float = 1e-8,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """``masked_whiten`` within groups of columns: every column ``x[:, b]`` is normalised by the mean and
+    (unbiased) standard deviation of the masked entries of its group's columns.
+
+    Args:
+        x: ``[T, B, ...]``.
+        mask: ``[T, B, ...]`` or a leading part of it; None means all entries.
+        groups: int64 ``[B]`` in ``[0, num_groups)``: the group of each column.
+        num_groups: how many groups there are (on every process, when ``all_reduce`` is given).
+        eps: added to each group's variance before the square root.
+        all_reduce: as in ``masked_whiten``: each group's statistics are then those of every process's columns of
+            that group together.
+
+    Returns:
+        ``x``'s shape. A group without a masked entry (anywhere) is returned unchanged.
+    """
+    m = _mask_like("masked_group_whiten", x, mask)
+    if x.ndim < 2 or groups.shape != (x.shape[1],):
+        raise ValueError(
+            f"masked_group_whiten: groups must have shape [B] = [{x.shape[1] if x.ndim >= 2 else '?'}] for x of "
+            f"shape {tuple(x.shape)}, got {tuple(groups.shape)}"
+        )
+    if groups.numel() and (int(groups.min()) < 0 or int(groups.max()) >= num_groups):
+        raise ValueError(f"masked_group_whiten: groups must lie in [0, num_groups={num_groups})")
+    xd = x.double()
+    w = torch.ones_like(xd) if m is None else torch.broadcast_to(m, x.shape).double()
+    idx = groups.to(device=x.device, dtype=torch.long)
+
+    def per_group(t: torch.Tensor) -> torch.Tensor:  # [T, B, ...] -> [G]: sums over each group's columns
+        cols = t.transpose(0, 1).reshape(t.shape[1], -1).sum(1)
+        return torch.zeros(num_groups, dtype=t.dtype, device=t.device).index_add_(0, idx, cols)
+
+    reduce = all_reduce if all_reduce is not None else (lambda t: t)
+    sums = reduce(torch.stack([per_group(xd * w), per_group(w)]))
+    n = sums[1]
+    mean = sums[0] / n.clamp_min(1.0)
+    view = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    sq = reduce(per_group(((xd - mean[idx].view(view)) ** 2) * w))
+    var = sq / n.clamp_min(1.0)
+    var = torch.where(n > 1, var * n / (n - 1).clamp_min(1.0), var)
+    scale = torch.where(n > 0, torch.rsqrt(var + eps), torch.ones_like(var))  # no entry: leave the group as is
+    whitened = (xd - mean[idx].view(view)) * scale[idx].view(view)
+    return whitened.to(x.dtype)
+
+
 def _all_reduced_mean_var(
     x: torch.Tensor, mask: torch.Tensor | None, all_reduce: Callable[[torch.Tensor], torch.Tensor]
 ) -> tuple[torch.Tensor, torch.Tensor] | None:

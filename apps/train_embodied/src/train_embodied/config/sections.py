@@ -157,6 +157,7 @@ class AlgorithmSection:
     rewards_upper_bound: float = 1.0
     update_epoch: int = 4
     normalize_advantages: bool = True
+    normalize_advantages_per_task: bool = False
     rollout_epoch: int = 1
     target_kl: float | None = None
     critic_warmup_epochs: int = 0
@@ -204,6 +205,11 @@ class AlgorithmSection:
         if self.adv_type == "grpo" and self.group_size < 2:
             errors.append(
                 f"{prefix}.group_size={self.group_size!r} is invalid: GRPO needs groups of >= 2 envs"
+            )
+        if self.normalize_advantages_per_task and not self.normalize_advantages:
+            errors.append(
+                f"{prefix}.normalize_advantages_per_task=True needs {prefix}.normalize_advantages=True (it whitens "
+                f"each task's advantages by that task's statistics instead of the rollout's)"
             )
         if self.adv_type == "gae" and self.filter_rewards:
             errors.append(

@@ -168,7 +168,7 @@ def groups():
 def test_rollout_collector_joins_stages_and_ranks_and_masks_finished_episodes(groups) -> None:
     from train_embodied.advantages import compute_advantages
     from train_embodied.config.sections import AlgorithmSection
-    from train_embodied.rollout import collect_rollout
+    from train_embodied.rollout import collect_rollout, task_id
 
     stages, rollout = groups
     batch = collect_rollout(
@@ -193,6 +193,7 @@ def test_rollout_collector_joins_stages_and_ranks_and_masks_finished_episodes(gr
         [True, True, True],
     ]
     assert batch.first_scores.tolist() == [1.0, 1.0, 1.0, 0.0]
+    assert batch.task_ids.tolist() == [task_id("count")] * 4  # each row's task, by its instruction
     assert batch.env_steps == (4 + 2 + 1) * 2
     # V(final obs) bootstraps the truncated episode only
     final_obs = {

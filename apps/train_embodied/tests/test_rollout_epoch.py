@@ -32,6 +32,7 @@ def _rollout(t: int, b: int, c: int, seed: int, *, prompt: int = 5, all_end: boo
         episodes={"success_once": np.ones(seed + 1, np.float32)},
         first_scores=torch.randn(b, generator=g),
         env_steps=t * b * c,
+        task_ids=torch.arange(b) + 10 * seed,
     )
 
 
@@ -43,6 +44,7 @@ def test_joined_rollouts_give_each_rollout_its_own_advantages(adv_type: str) -> 
     assert joined.logprobs.shape[:2] == (6, 8) and joined.env_steps == sum(p.env_steps for p in parts)
     assert not joined.loss_mask[parts[1].logprobs.shape[0] :, 4:].any()  # padding never enters the loss
     assert len(joined.episodes["success_once"]) == 3
+    assert torch.equal(joined.task_ids, torch.cat([p.task_ids for p in parts]))
     algo = AlgorithmSection(adv_type=adv_type, group_size=2, normalize_advantages=False, filter_rewards=False)
     together = compute_advantages(joined, algo)
     for k, part in enumerate(parts):

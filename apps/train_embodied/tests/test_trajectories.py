@@ -44,6 +44,7 @@ def _whole(seed: int = 0) -> tuple[RolloutBatch, list[Prediction]]:
         final_values=torch.zeros(T, B),
         loss_mask=torch.ones(T, B, dtype=torch.bool),
         last_values=torch.randn(B, generator=g),
+        task_ids=torch.randint(0, 2**40, (B,), generator=g),
     )
     return batch, preds
 
@@ -69,6 +70,7 @@ def test_each_actor_rank_gets_exactly_its_rows(rollout_ranks: int) -> None:
         assert torch.equal(mine.forward_inputs["input_ids"], batch.forward_inputs["input_ids"][:, start:stop])
         assert torch.equal(mine.rewards, batch.rewards[:, start:stop])
         assert torch.equal(mine.last_values, batch.last_values[start:stop])
+        assert torch.equal(mine.task_ids, batch.task_ids[start:stop])
     with pytest.raises(
         ValueError, match="a rollout rank's record was lost"
     ):  # rollout rank 0's pieces missing

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vla_algos import KL_KINDS, kl_penalty, masked_mean, masked_sum, masked_var, masked_whiten
+from vla_algos import (
+    KL_KINDS,
+    kl_penalty,
+    masked_group_whiten,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+    normalize_advantages,
+)
 
 
 def test_kl_kinds_against_formulas():
@@ -72,3 +81,40 @@ def test_masked_var_and_whiten():
     y = torch.tensor([2.0, 4.0, 6.0, -50.0])  # masked std 2, mean 4
     kept_mean = masked_whiten(y, mask, shift_mean=False)
     torch.testing.assert_close(kept_mean[:3], torch.tensor([3.0, 4.0, 5.0]), atol=1e-5, rtol=0)
+
+
+def test_group_whiten_is_masked_whiten_within_each_group():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(7, 6, 3, generator=g)
+    mask = torch.rand(7, 6, 3, generator=g) > 0.3
+    groups = torch.tensor([0, 1, 0, 3, 1, 0])  # group 2 has no column: nothing to whiten
+    out = masked_group_whiten(x, mask, groups, 4)
+    for k in (0, 1, 3):
+        cols = (groups == k).nonzero().flatten()
+        torch.testing.assert_close(out[:, cols], masked_whiten(x[:, cols], mask[:, cols]), atol=1e-5, rtol=0)
+    # a group whose entries are all masked out keeps its values; [T, B] advantages with a [T, B] mask
+    none = torch.zeros(7, 6, dtype=torch.bool)
+    none[:, :3] = True
+    y = x[..., 0]
+    kept = masked_group_whiten(y, none, torch.tensor([0, 0, 0, 1, 1, 1]), 2)
+    torch.testing.assert_close(kept[:, 3:], y[:, 3:])
+    torch.testing.assert_close(kept[:, :3], masked_whiten(y[:, :3], none[:, :3]), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="groups must have shape"):
+        masked_group_whiten(x, mask, groups[:5], 4)
+    with pytest.raises(ValueError, match="groups must lie in"):
+        masked_group_whiten(x, mask, groups, 3)
+
+
+def test_normalize_advantages_by_group_zeroes_each_groups_mean():
+    g = torch.Generator().manual_seed(1)
+    adv = torch.randn(5, 4, generator=g) + torch.tensor([0.0, 3.0, 0.0, 3.0])  # group 1 is rated 3 higher
+    loss_mask = torch.ones(5, 4, dtype=torch.bool)
+    action_mask = torch.ones(5, 4, 2, dtype=torch.bool)
+    groups = torch.tensor([0, 1, 0, 1])
+    out = normalize_advantages(adv, loss_mask, action_mask, whiten=True, groups=groups, num_groups=2)
+    for k in (0, 1):
+        assert abs(float(out[:, groups == k].mean())) < 1e-5
+    pooled = normalize_advantages(adv, loss_mask, action_mask, whiten=True)
+    assert float(pooled[:, groups == 1].mean() - pooled[:, groups == 0].mean()) > 1.0
+    with pytest.raises(ValueError, match="needs `num_groups`"):
+        normalize_advantages(adv, loss_mask, action_mask, whiten=True, groups=groups)

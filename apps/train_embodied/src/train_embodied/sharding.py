@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from train_embodied.advantages import task_groups
 from train_embodied.config.sections import FSDPSection
 
 #: `actor.fsdp_config.sharding_strategy` -> FSDP2 `reshard_after_forward` (ZeRO-3 / ZeRO-2).
@@ -93,6 +94,12 @@ def gather_objects(value: Any) -> list[Any]:
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, value)
     return out
+
+
+def rank_task_groups(task_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(group of each of this rank's rows [b], number of groups) for per-task advantage whitening, numbered by the
+    sorted distinct task ids of every rank's rows: the same numbering on every rank (a collective)."""
+    return task_groups(task_ids, torch.cat(gather_objects(task_ids)))
 
 
 def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:

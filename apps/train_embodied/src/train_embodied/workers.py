@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from train_embodied.advantages import compute_advantages, flatten_for_update, task_groups
+from train_embodied.advantages import compute_advantages, flatten_for_update
 from train_embodied.batches import EnvStep, Prediction, SampleBatch
 from train_embodied.config.sections import (
     AlgorithmSection,
@@ -30,6 +30,7 @@ from train_embodied.seeds import rank_seed, row_seed
 from train_embodied.sharding import (
     all_reduce_sum,
     gather_objects,
+    rank_task_groups,
     sample_layout,
     save_unsharded,
     shard_policy,
@@ -532,8 +533,7 @@ class ActorWorker(Worker):
         batch = assemble_rollout(shard, [piece for part in parts for piece in part])
         groups = None
         if self.sharded and self.algorithm.normalize_advantages_per_task and batch.task_ids is not None:
-            # per-task whitening over every rank's rows: the groups are numbered alike on every rank
-            groups = task_groups(batch.task_ids, torch.cat(gather_objects(batch.task_ids)))
+            groups = rank_task_groups(batch.task_ids)  # per-task whitening over every rank's rows
         adv = compute_advantages(
             batch, self.algorithm, all_reduce=all_reduce_sum if self.sharded else None, task_groups=groups
         )

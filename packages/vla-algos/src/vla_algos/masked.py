@@ -162,7 +162,8 @@ def masked_group_whiten(
     sq = reduce(per_group(((xd - mean[idx].view(view)) ** 2) * w))
     var = sq / n.clamp_min(1.0)
     var = torch.where(n > 1, var * n / (n - 1).clamp_min(1.0), var)
-    scale = torch.where(n > 0, torch.rsqrt(var + eps), torch.ones_like(var))  # no entry: leave the group as is
+    # a group without an entry is left as it is
+    scale = torch.where(n > 0, torch.rsqrt(var + eps), torch.ones_like(var))
     whitened = (xd - mean[idx].view(view)) * scale[idx].view(view)
     return whitened.to(x.dtype)
 

@@ -1,0 +1,183 @@
+"""`algorithm.normalize_advantages_per_task`: each task's advantages are whitened by that task's own statistics (the
+rows grouped by their instruction), in one process and over two real gloo ranks that each hold part of every task's
+rows; and the rollout records each row's task."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from train_embodied.advantages import compute_advantages
+from train_embodied.config.sections import AlgorithmSection
+from train_embodied.rollout import RolloutBatch, task_id, task_ids_of
+
+T, C = 5, 2
+# rows of three tasks; split [0, 4) / [4, 6) over two ranks, rank 1 holds no "push the puck" row
+TASKS = [
+    "open the drawer",
+    "close the drawer",
+    "open the drawer",
+    "push the puck",
+    "close the drawer",
+    "open the drawer",
+]
+B = len(TASKS)
+
+# the rollout and the split live in one module both this test and the rank processes import
+BATCH_SRC = '''
+import torch
+
+from train_embodied.rollout import RolloutBatch, task_ids_of
+
+
+def rollout(tasks, lo, hi):
+    """A PPO rollout of len(tasks) rows, rows [lo, hi) of it: rewards differ by task (task k's rows earn about k
+    more), one episode ends early (its later decisions are out of the loss)."""
+    g = torch.Generator().manual_seed(0)
+    t, b, c = 5, len(tasks), 2
+    offset = torch.tensor([float(sorted(set(tasks)).index(x)) for x in tasks])
+    rewards = torch.rand(t, b, c, generator=g) + offset[None, :, None]
+    terminated = torch.zeros(t, b, c, dtype=torch.bool)
+    terminated[2, 1, 1] = True
+    loss_mask = torch.ones(t, b, dtype=torch.bool)
+    loss_mask[3:, 1] = False
+    batch = RolloutBatch(
+        forward_inputs={},
+        logprobs=None,
+        values=torch.randn(t, b, generator=g),
+        rewards=rewards,
+        terminated=terminated,
+        truncated=torch.zeros(t, b, c, dtype=torch.bool),
+        final_values=torch.zeros(t, b),
+        loss_mask=loss_mask,
+        last_values=torch.randn(b, generator=g),
+        task_ids=task_ids_of({"task_descriptions": tasks}),
+    )
+    cols = slice(lo, hi)
+    return RolloutBatch(
+        forward_inputs={},
+        logprobs=None,
+        values=batch.values[:, cols],
+        rewards=batch.rewards[:, cols],
+        terminated=batch.terminated[:, cols],
+        truncated=batch.truncated[:, cols],
+        final_values=batch.final_values[:, cols],
+        loss_mask=batch.loss_mask[:, cols],
+        last_values=batch.last_values[cols],
+        task_ids=batch.task_ids[cols],
+    )
+'''
+
+RANKS_SCRIPT = """
+import sys
+
+import torch
+
+from rollout_fixture import rollout
+from train_embodied.advantages import compute_advantages
+from train_embodied.config.sections import AlgorithmSection
+from train_embodied.sharding import all_reduce_sum, rank_task_groups
+from vla_infra.fsdp import spawn_local_group
+
+TASKS = {tasks!r}
+ROWS = [(0, 4), (4, 6)]
+
+
+def run(rank, world_size, out):
+    part = rollout(TASKS, *ROWS[rank])  # the task ids are computed in this process (another hash seed)
+    algo = AlgorithmSection(normalize_advantages_per_task=True)
+    adv = compute_advantages(part, algo, all_reduce=all_reduce_sum, task_groups=rank_task_groups(part.task_ids))
+    torch.save(adv.advantages, f"{{out}}/rank{{rank}}.pt")
+
+
+if __name__ == "__main__":
+    spawn_local_group(run, world_size=2, args=(sys.argv[1],))
+    print("ok")
+"""
+
+
+@pytest.fixture
+def fixture_dir(tmp_path: Path, monkeypatch) -> Path:
+    (tmp_path / "rollout_fixture.py").write_text(BATCH_SRC)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def _task_stats(adv: torch.Tensor, batch: RolloutBatch) -> dict[str, tuple[float, float]]:
+    out = {}
+    for name in sorted(set(TASKS)):
+        cols = [b for b, x in enumerate(TASKS) if x == name]
+        sel = adv[:, cols][batch.loss_mask[:, cols]]
+        out[name] = (float(sel.mean()), float(sel.std()))
+    return out
+
+
+def test_each_task_is_whitened_by_its_own_statistics(fixture_dir: Path) -> None:
+    from rollout_fixture import rollout
+
+    batch = rollout(TASKS, 0, B)
+    per_task = compute_advantages(batch, AlgorithmSection(normalize_advantages_per_task=True)).advantages
+    for name, (mean, std) in _task_stats(per_task, batch).items():
+        assert mean == pytest.approx(0.0, abs=1e-5) and std == pytest.approx(1.0, rel=1e-4), name
+    # the rollout-wide whitening leaves the tasks' means apart (task k earns about k more): the key changes it
+    pooled = compute_advantages(batch, AlgorithmSection()).advantages
+    means = [m for m, _ in _task_stats(pooled, batch).values()]
+    assert max(means) - min(means) > 0.5
+    # advantages after an episode's end stay out of the statistics: whitening only what enters the loss
+    raw = compute_advantages(batch, AlgorithmSection(normalize_advantages=False)).advantages
+    cols = [b for b, x in enumerate(TASKS) if x == "close the drawer"]
+    kept = raw[:, cols][batch.loss_mask[:, cols]]
+    expected = (raw[:, cols] - kept.mean()) / kept.std()
+    assert torch.allclose(per_task[:, cols], expected, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_two_ranks_whiten_each_task_over_both_ranks_rows(fixture_dir: Path) -> None:
+    from rollout_fixture import rollout
+
+    script = fixture_dir / "task_whiten_ranks.py"
+    script.write_text(RANKS_SCRIPT.format(tasks=TASKS))
+    done = subprocess.run(
+        [sys.executable, str(script), str(fixture_dir)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+    parts = [torch.load(fixture_dir / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
+    whole = compute_advantages(rollout(TASKS, 0, B), AlgorithmSection(normalize_advantages_per_task=True))
+    assert torch.allclose(torch.cat(parts, dim=1), whole.advantages, atol=1e-5)
+
+
+def test_rollout_without_task_ids_is_refused_by_name() -> None:
+    batch = RolloutBatch(
+        forward_inputs={},
+        logprobs=None,
+        values=torch.zeros(T, B),
+        rewards=torch.ones(T, B, C),
+        terminated=torch.zeros(T, B, C, dtype=torch.bool),
+        truncated=torch.zeros(T, B, C, dtype=torch.bool),
+        final_values=torch.zeros(T, B),
+        loss_mask=torch.ones(T, B, dtype=torch.bool),
+        last_values=torch.zeros(B),
+    )
+    with pytest.raises(ValueError, match="normalize_advantages_per_task=True needs each env row's task"):
+        compute_advantages(batch, AlgorithmSection(normalize_advantages_per_task=True))
+
+
+def test_task_ids_tell_instructions_apart() -> None:
+    ids = task_ids_of({"task_descriptions": TASKS})
+    assert ids.dtype == torch.int64 and ids.tolist() == [task_id(x) for x in TASKS]
+    assert len(set(ids.tolist())) == len(set(TASKS))
+    # (the same ids in another process, another str hash seed: the two-rank test computes them in each rank)
+
+
+def test_per_task_whitening_without_whitening_is_refused() -> None:
+    errors = AlgorithmSection(normalize_advantages=False, normalize_advantages_per_task=True).check(
+        "algorithm"
+    )
+    assert errors == [
+        "algorithm.normalize_advantages_per_task=True needs algorithm.normalize_advantages=True (it whitens each "
+        "task's advantages by that task's statistics instead of the rollout's)"
+    ]

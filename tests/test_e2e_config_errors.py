@@ -120,6 +120,10 @@ def _cli_errors(main, argv, capsys) -> list[str]:
             "algorithm.filter_rewards=true",
             "algorithm.filter_rewards=True is invalid with algorithm.adv_type='gae'",
         ),
+        (
+            "algorithm.per_task_advantages=scale",
+            "algorithm.per_task_advantages='scale' is not one of: none, center, whiten",
+        ),
         ("algorithm.gama=0.9", "unknown config key 'algorithm.gama'"),
         ("+algorithm.gama=0.9", "unknown key 'algorithm.gama' (did you mean 'algorithm.gamma'?)"),
         ("env@env.train=metaworld_drawer", "unknown option 'env/metaworld_drawer' for config group 'env'"),

@@ -1,6 +1,6 @@
-"""`algorithm.normalize_advantages_per_task`: each task's advantages are whitened by that task's own statistics (the
-rows grouped by their instruction), in one process and over two real gloo ranks that each hold part of every task's
-rows; and the rollout records each row's task."""
+"""`algorithm.per_task_advantages`: each task's advantages are centred (`center`) or whitened (`whiten`) by that
+task's own statistics (the rows grouped by their instruction), in one process and over two real gloo ranks that each
+hold part of every task's rows; and the rollout records each row's task."""
 
 from __future__ import annotations
 
@@ -89,9 +89,11 @@ ROWS = [(0, 4), (4, 6)]
 
 def run(rank, world_size, out):
     part = rollout(TASKS, *ROWS[rank])  # the task ids are computed in this process (another hash seed)
-    algo = AlgorithmSection(normalize_advantages_per_task=True)
-    adv = compute_advantages(part, algo, all_reduce=all_reduce_sum, task_groups=rank_task_groups(part.task_ids))
-    torch.save(adv.advantages, f"{{out}}/rank{{rank}}.pt")
+    for mode in ("center", "whiten"):
+        algo = AlgorithmSection(per_task_advantages=mode)
+        groups = rank_task_groups(part.task_ids)
+        adv = compute_advantages(part, algo, all_reduce=all_reduce_sum, task_groups=groups)
+        torch.save(adv.advantages, f"{{out}}/{{mode}}{{rank}}.pt")
 
 
 if __name__ == "__main__":
@@ -120,7 +122,7 @@ def test_each_task_is_whitened_by_its_own_statistics(fixture_dir: Path) -> None:
     from rollout_fixture import rollout
 
     batch = rollout(TASKS, 0, B)
-    per_task = compute_advantages(batch, AlgorithmSection(normalize_advantages_per_task=True)).advantages
+    per_task = compute_advantages(batch, AlgorithmSection(per_task_advantages="whiten")).advantages
     for name, (mean, std) in _task_stats(per_task, batch).items():
         assert mean == pytest.approx(0.0, abs=1e-5) and std == pytest.approx(1.0, rel=1e-4), name
     # the rollout-wide whitening leaves the tasks' means apart (task k earns about k more): the key changes it
@@ -145,9 +147,10 @@ def test_two_ranks_whiten_each_task_over_both_ranks_rows(fixture_dir: Path) -> N
         [sys.executable, str(script), str(fixture_dir)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
-    parts = [torch.load(fixture_dir / f"rank{r}.pt", weights_only=True) for r in (0, 1)]
-    whole = compute_advantages(rollout(TASKS, 0, B), AlgorithmSection(normalize_advantages_per_task=True))
-    assert torch.allclose(torch.cat(parts, dim=1), whole.advantages, atol=1e-5)
+    for mode in ("center", "whiten"):
+        parts = [torch.load(fixture_dir / f"{mode}{r}.pt", weights_only=True) for r in (0, 1)]
+        whole = compute_advantages(rollout(TASKS, 0, B), AlgorithmSection(per_task_advantages=mode))
+        assert torch.allclose(torch.cat(parts, dim=1), whole.advantages, atol=1e-5), mode
 
 
 def test_rollout_without_task_ids_is_refused_by_name() -> None:
@@ -162,8 +165,8 @@ def test_rollout_without_task_ids_is_refused_by_name() -> None:
         loss_mask=torch.ones(T, B, dtype=torch.bool),
         last_values=torch.zeros(B),
     )
-    with pytest.raises(ValueError, match="normalize_advantages_per_task=True needs each env row's task"):
-        compute_advantages(batch, AlgorithmSection(normalize_advantages_per_task=True))
+    with pytest.raises(ValueError, match="per_task_advantages='center' needs each env row's task"):
+        compute_advantages(batch, AlgorithmSection(per_task_advantages="center"))
 
 
 def test_task_ids_tell_instructions_apart() -> None:
@@ -173,11 +176,23 @@ def test_task_ids_tell_instructions_apart() -> None:
     # (the same ids in another process, another str hash seed: the two-rank test computes them in each rank)
 
 
-def test_per_task_whitening_without_whitening_is_refused() -> None:
-    errors = AlgorithmSection(normalize_advantages=False, normalize_advantages_per_task=True).check(
-        "algorithm"
-    )
-    assert errors == [
-        "algorithm.normalize_advantages_per_task=True needs algorithm.normalize_advantages=True (it whitens each "
-        "task's advantages by that task's statistics instead of the rollout's)"
-    ]
+def test_centred_tasks_keep_the_rollouts_scale(fixture_dir: Path) -> None:
+    from rollout_fixture import rollout
+
+    batch = rollout(TASKS, 0, B)
+    centred = compute_advantages(batch, AlgorithmSection(per_task_advantages="center")).advantages
+    for name, (mean, _) in _task_stats(centred, batch).items():
+        assert mean == pytest.approx(0.0, abs=1e-5), name
+    # one std over the whole rollout (each task's own std differs): a task without signal stays small
+    kept = centred[batch.loss_mask]
+    assert float(kept.std()) == pytest.approx(1.0, rel=1e-4)
+    stds = [s for _, s in _task_stats(centred, batch).values()]
+    assert max(stds) - min(stds) > 0.1
+    # without `normalize_advantages` only the means are subtracted
+    raw = compute_advantages(batch, AlgorithmSection(normalize_advantages=False)).advantages
+    only = compute_advantages(
+        batch, AlgorithmSection(normalize_advantages=False, per_task_advantages="center")
+    ).advantages
+    cols = [b for b, x in enumerate(TASKS) if x == "open the drawer"]
+    sel = raw[:, cols][batch.loss_mask[:, cols]]
+    assert torch.allclose(only[:, cols], raw[:, cols] - sel.mean(), atol=1e-5)

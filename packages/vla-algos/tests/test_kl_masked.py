@@ -97,6 +97,10 @@ def test_group_whiten_is_masked_whiten_within_each_group():
     none[:, :3] = True
     y = x[..., 0]
     kept = masked_group_whiten(y, none, torch.tensor([0, 0, 0, 1, 1, 1]), 2)
+    centred = masked_group_whiten(x, mask, groups, 4, scale=False)
+    for k in (0, 1, 3):
+        cols = (groups == k).nonzero().flatten()
+        torch.testing.assert_close(centred[:, cols], x[:, cols] - masked_mean(x[:, cols], mask[:, cols]))
     torch.testing.assert_close(kept[:, 3:], y[:, 3:])
     torch.testing.assert_close(kept[:, :3], masked_whiten(y[:, :3], none[:, :3]), atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="groups must have shape"):
@@ -116,5 +120,20 @@ def test_normalize_advantages_by_group_zeroes_each_groups_mean():
         assert abs(float(out[:, groups == k].mean())) < 1e-5
     pooled = normalize_advantages(adv, loss_mask, action_mask, whiten=True)
     assert float(pooled[:, groups == 1].mean() - pooled[:, groups == 0].mean()) > 1.0
+    # center: each group's mean subtracted, then one std for all (group 0 and 1 keep their spread ratio)
+    centred = normalize_advantages(
+        adv, loss_mask, action_mask, whiten=True, groups=groups, num_groups=2, group_mode="center"
+    )
+    for k in (0, 1):
+        assert abs(float(centred[:, groups == k].mean())) < 1e-5
+    assert float(centred.std()) == pytest.approx(1.0, rel=1e-4)
+    ratio = adv[:, groups == 1].std() / adv[:, groups == 0].std()
+    assert float(centred[:, groups == 1].std() / centred[:, groups == 0].std()) == pytest.approx(
+        float(ratio), rel=1e-4
+    )
     with pytest.raises(ValueError, match="needs `num_groups`"):
         normalize_advantages(adv, loss_mask, action_mask, whiten=True, groups=groups)
+    with pytest.raises(ValueError, match="group_mode='scale' is not one of"):
+        normalize_advantages(
+            adv, loss_mask, action_mask, whiten=True, groups=groups, num_groups=2, group_mode="scale"
+        )

@@ -55,8 +55,9 @@ def compute_advantages(
 
     `all_reduce`: `batch` is one data-parallel rank's whole rows of the rollout; it sums a tensor over the ranks so
     that whitening uses the statistics of the whole rollout (the estimators themselves need only whole rows).
-    `task_groups`: (int64 [B] group of each row, number of groups) for `algorithm.normalize_advantages_per_task`,
-    numbered alike on every rank (`task_groups`); None: from `batch.task_ids` (this process holds every row)."""
+    `task_groups`: (int64 [B] group of each row, number of groups) for `algorithm.per_task_advantages`,
+    numbered alike on every rank (`sharding.rank_task_groups`); None: from `batch.task_ids` (this process holds
+    every row)."""
     estimator = get_advantage_estimator(algo.adv_type)
     if estimator.needs_values and batch.values is None:
         raise ValueError(
@@ -80,8 +81,8 @@ def compute_advantages(
     stats = {f"rollout/{k}": v for k, v in est.stats.items()}
     action_mask = rollout_action_mask(batch.terminated, batch.truncated)
     groups, num_groups = (None, None)
-    if algo.normalize_advantages and algo.normalize_advantages_per_task:
-        groups, num_groups = task_groups if task_groups is not None else _task_groups(batch)
+    if algo.per_task_advantages != "none":
+        groups, num_groups = task_groups if task_groups is not None else _task_groups(batch, algo)
     advantages = normalize_advantages(
         est.advantages,
         loss_mask,
@@ -90,6 +91,7 @@ def compute_advantages(
         all_reduce=all_reduce,
         groups=groups,
         num_groups=num_groups,
+        group_mode="whiten" if algo.per_task_advantages == "none" else algo.per_task_advantages,
     )
     sel_mask = loss_mask if advantages.ndim == 2 else loss_mask[..., None] & action_mask
     sel = advantages[sel_mask] if sel_mask.any() else advantages.reshape(-1)[:1] * 0
@@ -135,11 +137,11 @@ def compute_advantages(
     )
 
 
-def _task_groups(batch: RolloutBatch) -> tuple[torch.Tensor, int]:
+def _task_groups(batch: RolloutBatch, algo: AlgorithmSection) -> tuple[torch.Tensor, int]:
     if batch.task_ids is None:
         raise ValueError(
-            "algorithm.normalize_advantages_per_task=True needs each env row's task, which this rollout did not "
-            "record (RolloutBatch.task_ids)"
+            f"algorithm.per_task_advantages={algo.per_task_advantages!r} needs each env row's task, which this "
+            "rollout did not record (RolloutBatch.task_ids)"
         )
     uniq, inverse = torch.unique(batch.task_ids, return_inverse=True)
     return inverse, len(uniq)

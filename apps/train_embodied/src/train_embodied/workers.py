@@ -532,7 +532,7 @@ class ActorWorker(Worker):
         parts = channel.get_batch(int(num_parts), key=self.rank, timeout=600.0)
         batch = assemble_rollout(shard, [piece for part in parts for piece in part])
         groups = None
-        if self.sharded and self.algorithm.normalize_advantages_per_task and batch.task_ids is not None:
+        if self.sharded and self.algorithm.per_task_advantages != "none" and batch.task_ids is not None:
             groups = rank_task_groups(batch.task_ids)  # per-task whitening over every rank's rows
         adv = compute_advantages(
             batch, self.algorithm, all_reduce=all_reduce_sum if self.sharded else None, task_groups=groups

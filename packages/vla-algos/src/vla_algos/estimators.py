@@ -186,6 +186,7 @@ def normalize_advantages(
     all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     groups: torch.Tensor | None = None,
     num_groups: int | None = None,
+    group_mode: str = "whiten",
 ) -> torch.Tensor:
     """Whiten (optionally) over the decisions and executed actions that enter the loss, then zero the
     advantages of actions the env never executed (action level).
@@ -197,23 +198,31 @@ def normalize_advantages(
         whiten: subtract the masked mean and divide by the masked std.
         all_reduce: the rollout is spread over data-parallel ranks: sums a tensor over them, so the whitening
             statistics are those of the whole rollout (:func:`vla_algos.masked_whiten`).
-        groups: int64 ``[B]`` in ``[0, num_groups)``: whiten each group of env columns by its own statistics
-            (:func:`vla_algos.masked_group_whiten`; e.g. one group per task, so that each task's advantages have
-            zero mean: a task the critic over- or under-rates does not push the policy as a whole). None: one
-            group.
+        groups: int64 ``[B]`` in ``[0, num_groups)``: groups of env columns (e.g. one per task) whose advantages
+            are normalised apart (:func:`vla_algos.masked_group_whiten`), so that each group's advantages have zero
+            mean: a task the critic over- or under-rates does not push the policy as a whole. None: no groups.
         num_groups: the number of groups (needed with ``groups``).
+        group_mode: ``whiten``: each group by its own mean and std (``whiten`` is then implied); ``center``: each
+            group's mean is subtracted, then ``whiten`` (if set) divides by the std of the whole rollout, so a group
+            without signal (all failures, its advantages the critic's noise) is not scaled up to the others'.
 
     Returns:
         Advantages of the same shape.
     """
-    if whiten and (all_reduce is not None or loss_mask.any()):
+    if group_mode not in ("whiten", "center"):
+        raise ValueError(f"normalize_advantages: group_mode={group_mode!r} is not one of: whiten, center")
+    if groups is not None and num_groups is None:
+        raise ValueError("normalize_advantages: `groups` needs `num_groups`")
+    if all_reduce is not None or loss_mask.any():
         mask = loss_mask if advantages.ndim == 2 else loss_mask[..., None] & action_mask
-        if groups is None:
+        if groups is not None and num_groups is not None:
+            per_group_scale = group_mode == "whiten"
+            advantages = masked_group_whiten(
+                advantages, mask, groups, num_groups, scale=per_group_scale, all_reduce=all_reduce
+            )
+            whiten = whiten and not per_group_scale
+        if whiten:
             advantages = masked_whiten(advantages, mask, all_reduce=all_reduce)
-        else:
-            if num_groups is None:
-                raise ValueError("normalize_advantages: `groups` needs `num_groups`")
-            advantages = masked_group_whiten(advantages, mask, groups, num_groups, all_reduce=all_reduce)
     if advantages.ndim == 3:  # action level: advantages of unexecuted actions are meaningless
         advantages = advantages * action_mask
     return advantages

@@ -120,11 +120,13 @@ def masked_group_whiten(
     groups: torch.Tensor,
     num_groups: int,
     *,
+    scale: bool = True,
     eps: float = 1e-8,
     all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``masked_whiten`` within groups of columns: every column ``x[:, b]`` is normalised by the mean and
-    (unbiased) standard deviation of the masked entries of its group's columns.
+    (unbiased) standard deviation of the masked entries of its group's columns (``scale=False``: only the group's
+    mean is subtracted).
 
     Args:
         x: ``[T, B, ...]``.
@@ -159,6 +161,8 @@ def masked_group_whiten(
     n = sums[1]
     mean = sums[0] / n.clamp_min(1.0)
     view = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    if not scale:
+        return (xd - mean[idx].view(view)).to(x.dtype)
     sq = reduce(per_group(((xd - mean[idx].view(view)) ** 2) * w))
     var = sq / n.clamp_min(1.0)
     var = torch.where(n > 1, var * n / (n - 1).clamp_min(1.0), var)

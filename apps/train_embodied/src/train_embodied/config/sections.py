@@ -20,6 +20,7 @@ LOGGER_BACKENDS = ("tensorboard", "console", "wandb")
 PRECISIONS = ("fp32", "bf16", "fp16")
 MODEL_SIZES = ("tiny", "full")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
+PER_TASK_ADVANTAGES = ("none", "center", "whiten")
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 
@@ -157,7 +158,7 @@ class AlgorithmSection:
     rewards_upper_bound: float = 1.0
     update_epoch: int = 4
     normalize_advantages: bool = True
-    normalize_advantages_per_task: bool = False
+    per_task_advantages: str = "none"
     rollout_epoch: int = 1
     target_kl: float | None = None
     critic_warmup_epochs: int = 0
@@ -206,11 +207,7 @@ class AlgorithmSection:
             errors.append(
                 f"{prefix}.group_size={self.group_size!r} is invalid: GRPO needs groups of >= 2 envs"
             )
-        if self.normalize_advantages_per_task and not self.normalize_advantages:
-            errors.append(
-                f"{prefix}.normalize_advantages_per_task=True needs {prefix}.normalize_advantages=True (it whitens "
-                f"each task's advantages by that task's statistics instead of the rollout's)"
-            )
+        errors += one_of(f"{prefix}.per_task_advantages", self.per_task_advantages, PER_TASK_ADVANTAGES)
         if self.adv_type == "gae" and self.filter_rewards:
             errors.append(
                 f"{prefix}.filter_rewards=True is invalid with {prefix}.adv_type='gae': the filter drops whole "

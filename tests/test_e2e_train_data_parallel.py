@@ -47,6 +47,9 @@ RUNS = {
             "env.train.num_envs=4",
             "env.train.envs_per_worker=2",
             "env.train.max_steps_per_rollout_epoch=6",
+            # one task: its mean is the rollout's, so the update is the plain one; the ranks still number the
+            # task groups together (a collective) and centre over both ranks' rows
+            "algorithm.per_task_advantages=center",
         ],
     ),
     # 4 envs in 2 groups of 2: one group per actor rank

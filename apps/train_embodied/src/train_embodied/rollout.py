@@ -61,7 +61,7 @@ class RolloutBatch:
 
 def task_id(instruction: str) -> int:
     """A stable int64 id of a task instruction: the same text gives the same id in every process and run (the
-    rows of one task are grouped by it, e.g. for per-task advantage whitening, across data-parallel ranks)."""
+    rows of one task are grouped by it, e.g. for `algorithm.per_task_advantages`, across data-parallel ranks)."""
     return int.from_bytes(hashlib.blake2b(instruction.encode("utf-8"), digest_size=7).digest(), "little")
 
 

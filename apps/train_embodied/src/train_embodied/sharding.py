@@ -97,7 +97,7 @@ def gather_objects(value: Any) -> list[Any]:
 
 
 def rank_task_groups(task_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(group of each of this rank's rows [b], number of groups) for per-task advantage whitening, numbered by the
+    """(group of each of this rank's rows [b], number of groups) for `algorithm.per_task_advantages`, numbered by the
     sorted distinct task ids of every rank's rows: the same numbering on every rank (a collective)."""
     return task_groups(task_ids, torch.cat(gather_objects(task_ids)))
 

@@ -533,7 +533,7 @@ class ActorWorker(Worker):
         batch = assemble_rollout(shard, [piece for part in parts for piece in part])
         groups = None
         if self.sharded and self.algorithm.per_task_advantages != "none" and batch.task_ids is not None:
-            groups = rank_task_groups(batch.task_ids)  # per-task whitening over every rank's rows
+            groups = rank_task_groups(batch.task_ids)  # per-task statistics over every rank's rows
         adv = compute_advantages(
             batch, self.algorithm, all_reduce=all_reduce_sum if self.sharded else None, task_groups=groups
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -167,6 +168,22 @@ def _kill_process(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def _kill_actor(actor) -> None:
+    """`ray.kill`, then wait until the actor answers no more: the kill is only requested, and a call made at once can
+    still reach the live actor."""
+    from ray.exceptions import RayActorError
+
+    ray.kill(actor)
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.gpu_ids.remote(), timeout=10)
+        except RayActorError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("a killed Ray actor still answers after 60 s")
+
+
 def test_dead_actor_is_restarted_with_replayed_state_then_lost(ray_node):
     """A Ray actor killed between calls (its process SIGKILLed, or ray.kill) is replaced on the next call: the
     last call of each replayed method runs again in the order they were made, then on_restart, then recover,
@@ -195,11 +212,11 @@ def test_dead_actor_is_restarted_with_replayed_state_then_lost(ray_node):
         assert after[1]["recovered"] and not after[0]["recovered"]
         assert after[1]["pid"] != before[1]["pid"] and after[0]["pid"] == before[0]["pid"]
         # the asynchronous path (submit) restarts too
-        ray.kill(group.handles[0].actor)
+        _kill_actor(group.handles[0].actor)
         assert group.add.submit(1.0).result(timeout=120) == [15.0, 16.0]
         assert group.restarts == [1, 1]
         # a call that must not restart raises the backend's error and uses no restart
-        ray.kill(group.handles[1].actor)
+        _kill_actor(group.handles[1].actor)
         with pytest.raises(RayActorError):
             group.finish()
         # one more death than max_restarts: the run ends, naming the group, the rank and the last error

@@ -9,8 +9,9 @@
 For each config it warm-starts once (`vla-sft`, seed 0; or uses `--policy`), then runs `vla-train` per variant
 and seed with a held-out evaluation every `--val-interval` epochs, `--jobs` runs at a time (one torch thread
 each). A variant is `NAME=override,override,...`. It writes `<out>/learning_curves.png` (needs matplotlib: the
-app's `plots` extra), `<out>/learning_curves.json`, and prints a markdown table and, per config and variant, the
-gain in sampled success after RL against the bound (`--gain-bound`, +0.30).
+app's `plots` extra), `<out>/learning_curves.json`, and prints a markdown table, for multi-task runs (MT10) each
+task's held-out success before -> after RL with the tasks that fell by more than the evaluation's noise, and, per
+config and variant, the gain in sampled success after RL against the bound (`--gain-bound`, +0.30).
 """
 
 from __future__ import annotations
@@ -181,6 +182,42 @@ def table(found: dict[str, list[dict]]) -> str:
     return "\n".join(lines)
 
 
+def task_changes(summary: dict, mode: str = "sample") -> list[tuple[str, float, float, float]]:
+    """(task, success before RL, after RL, z) per task of a multi-task run's held-out tables; z is the change
+    over the binomial std of a difference of two proportions (pooled): below -2 a task fell by more than the
+    evaluation's noise. Empty for a single-task run."""
+    tables = summary.get("eval_tables", {})
+    before = tables.get("before_rl", {}).get(mode, {}).get("tasks", {})
+    after = tables.get("after_rl", {}).get(mode, {}).get("tasks", {})
+    rows = []
+    for task, b in before.items():
+        if task not in after:
+            continue
+        p0, p1 = b["success_once"], after[task]["success_once"]
+        n0, n1 = b["num_episodes"], after[task]["num_episodes"]
+        pooled = (p0 * n0 + p1 * n1) / (n0 + n1)
+        std = (pooled * (1 - pooled) * (1 / n0 + 1 / n1)) ** 0.5
+        rows.append((task, p0, p1, (p1 - p0) / std if std > 0 else 0.0))
+    return rows
+
+
+def task_table(found: dict[str, list[dict]]) -> str:
+    """Per-task held-out sampled success before -> after RL per seed, with the tasks that fell beyond the noise."""
+    lines = []
+    for config, summaries in found.items():
+        for i, s in enumerate(summaries):
+            changes = task_changes(s)
+            if not changes:
+                continue
+            cells = ", ".join(f"{t} {b * 100:.0f} -> {a * 100:.0f}" for t, b, a, _ in changes)
+            fell = [f"{t} (z {z:.1f})" for t, _, _, z in changes if z < -2]
+            lines.append(
+                f"{config} seed {s.get('seed', i)}: {cells}; fell beyond the noise (z < -2): "
+                + (", ".join(fell) or "none")
+            )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -226,6 +263,9 @@ def main() -> int:
     )
     png = plot(found, out, args.title)
     print(table(found))
+    per_task = task_table(found)
+    if per_task:
+        print(per_task)
     for config, summaries in found.items():
         gains = [s["success_after_rl"] - s["success_before_rl"] for s in summaries]
         mean_gain = sum(gains) / len(gains)

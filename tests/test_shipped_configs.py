@@ -25,7 +25,12 @@ import pytest
 from train_embodied.config import list_configs, load_train_config
 from train_embodied.testing import read_metrics, run_train
 
-SHIPPED = list_configs()
+# LIBERO's configs start robosuite and build its scenes: 195-245 s per config on 2 cores, close to the suite's
+# 300 s hang guard, which one more job on the machine pushes past
+SHIPPED = [
+    pytest.param(name, marks=pytest.mark.timeout(900)) if name.startswith("libero") else name
+    for name in list_configs()
+]
 ROBOTWIN_VENV = Path(
     os.environ.get("ROBOTWIN_VENV") or Path(__file__).resolve().parents[1] / ".venv-robotwin"
 )

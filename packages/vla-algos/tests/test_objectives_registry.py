@@ -196,3 +196,34 @@ def test_a_new_estimator_is_one_registered_function():
         assert torch.equal(out.advantages, torch.full((2, 3), 4.0)) and not est.needs_values
     finally:
         del ADVANTAGE_ESTIMATORS["test_reinforce"]
+
+
+@pytest.mark.parametrize("objective", [actor_loss, actor_critic_loss])
+def test_kl_term_adds_the_masked_reference_penalty(objective):
+    """`ref_logprobs` adds kl_coef x the masked mean of `kl_penalty` (scaled by `policy_scale`), with a
+    gradient towards the reference, and is reported as actor/kl_loss before kl_coef."""
+    from vla_algos import kl_penalty, masked_mean
+
+    b = batch()
+    ref = b["old_logprobs"] + 0.3 * torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(1))
+    with_kl, metrics = objective(**b, **CLIP, ref_logprobs=ref, kl_coef=0.5, kl_kind="k2", policy_scale=0.5)
+    plain_scaled, _ = objective(**b, **CLIP, policy_scale=0.5)
+    expected_kl = masked_mean(kl_penalty(b["logprobs"], ref, "k2"), b["mask"]) * 0.5
+    torch.testing.assert_close(with_kl, plain_scaled + 0.5 * expected_kl)
+    torch.testing.assert_close(metrics["actor/kl_loss"], expected_kl.detach())
+    assert "actor/kl_loss" not in objective(**b, **CLIP)[1]
+    # the KL term alone pulls log-probs towards the reference's: its gradient is (logp - ref) on kept rows
+    lp = b["logprobs"].detach().clone().requires_grad_(True)
+    only_kl, _ = objective(
+        **{**b, "logprobs": lp, "advantages": torch.zeros(4)},
+        **CLIP,
+        ref_logprobs=ref,
+        kl_coef=1.0,
+        kl_kind="k2",
+    )
+    only_kl.backward()
+    kept = b["mask"].float().reshape(4, 1, 1)
+    torch.testing.assert_close(lp.grad, (lp.detach() - ref) * kept / (kept.sum() * 6))
+    # a critic warm-up trains no policy: the KL term adds nothing then
+    frozen, _ = objective(**b, **CLIP, ref_logprobs=ref, kl_coef=1.0, train_policy=False)
+    torch.testing.assert_close(frozen, objective(**b, **CLIP, train_policy=False)[0])

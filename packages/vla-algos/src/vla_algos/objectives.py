@@ -1,6 +1,7 @@
 """The policy objectives a config selects with ``loss_type``: ``actor_critic`` (PPO) and ``actor`` (GRPO).
 
-The loss composition lives here: ``loss = policy_loss - entropy_coef * entropy [+ value_coef * value_loss]``.
+The loss composition lives here: ``loss = policy_loss - entropy_coef * entropy [+ kl_coef * kl_to_reference]
+[+ value_coef * value_loss]``.
 Both objectives take the same keyword arguments so a trainer has one call site (``actor`` ignores the critic
 inputs); register another with :func:`vla_algos.register_policy_loss`. Metric keys carry an ``actor/`` or
 ``critic/`` prefix (log them under ``train/``).
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from vla_algos.kl import kl_penalty
+from vla_algos.masked import masked_mean
 from vla_algos.policy_loss import entropy_loss, ppo_actor_loss
 from vla_algos.value_loss import explained_variance, value_loss
 
@@ -29,6 +32,9 @@ def actor_loss(
     policy_scale: torch.Tensor | float | None = None,
     entropy_scale: torch.Tensor | float | None = None,
     train_policy: bool = True,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_kind: str = "k3",
     values: torch.Tensor | None = None,
     old_values: torch.Tensor | None = None,
     returns: torch.Tensor | None = None,
@@ -49,13 +55,19 @@ def actor_loss(
         policy_scale, entropy_scale: factors applied to the policy term (and its metrics) and to the entropy
             term: a micro-batch's share of its minibatch's loss weight (:func:`vla_algos.weight_share`), so
             micro-batches add up to the minibatch mean. None: 1.
-        train_policy: False during a critic warm-up: the policy and entropy terms give no gradient (their
+        train_policy: False during a critic warm-up: the policy, entropy and KL terms give no gradient (their
             metrics are still returned).
+        ref_logprobs: ``[*S]`` log-probs of the same entries under a frozen reference policy (e.g. the
+            fine-tuning's starting point), or None: no KL term.
+        kl_coef: weight of the KL penalty ``masked_mean(kl_penalty(logprobs, ref_logprobs, kl_kind), mask)``
+            (added; scaled by ``policy_scale`` like the policy term, so micro-batches add up to the minibatch's).
+        kl_kind: estimator of :func:`vla_algos.kl_penalty` (``k1``, ``k2``, ``k3``, ``abs``).
 
     Returns:
         ``(loss, metrics)``: 0-d loss with grad; metrics (0-d detached tensors) ``actor/policy_loss``,
         ``actor/approx_kl``, ``actor/clip_fraction``, ``actor/clipped_ratio``, ``actor/dual_clip_fraction``,
-        ``actor/ratio`` and, with ``entropy``, ``actor/entropy_loss``.
+        ``actor/ratio``, with ``entropy`` ``actor/entropy_loss``, and with ``ref_logprobs`` ``actor/kl_loss``
+        (the penalty's estimate of KL(policy || reference), before ``kl_coef``).
     """
     del values, old_values, returns, value_mask, value_clip, huber_delta, value_coef
     loss, metrics = ppo_actor_loss(
@@ -78,6 +90,12 @@ def actor_loss(
             entropy_mean = entropy_mean * entropy_scale
         loss = loss - entropy_coef * entropy_mean
         out["actor/entropy_loss"] = entropy_mean.detach()
+    if ref_logprobs is not None:
+        kl = masked_mean(kl_penalty(logprobs, ref_logprobs, kl_kind), mask)
+        if policy_scale is not None:
+            kl = kl * policy_scale
+        loss = loss + kl_coef * kl
+        out["actor/kl_loss"] = kl.detach()
     if not train_policy:
         loss = torch.zeros((), dtype=loss.dtype, device=loss.device)
     return loss, out
@@ -98,6 +116,9 @@ def actor_critic_loss(
     policy_scale: torch.Tensor | float | None = None,
     entropy_scale: torch.Tensor | float | None = None,
     train_policy: bool = True,
+    ref_logprobs: torch.Tensor | None = None,
+    kl_coef: float = 0.0,
+    kl_kind: str = "k3",
     values: torch.Tensor | None = None,
     old_values: torch.Tensor | None = None,
     returns: torch.Tensor | None = None,
@@ -109,7 +130,7 @@ def actor_critic_loss(
     """:func:`actor_loss` plus ``value_coef`` times the critic loss (``loss_type: actor_critic``, PPO).
 
     Args:
-        logprobs ... train_policy: as :func:`actor_loss` (``train_policy=False`` keeps the critic term).
+        logprobs ... kl_kind: as :func:`actor_loss` (``train_policy=False`` keeps the critic term).
         values, old_values, returns: ``[*V]`` critic inputs (required), as :func:`vla_algos.value_loss`.
         value_mask: mask of the critic terms, ``[*V]`` or a leading part; None: all entries (the policy
             ``mask`` may be per action or hold loss weights, the critic has one value per sample).
@@ -141,6 +162,9 @@ def actor_critic_loss(
         policy_scale=policy_scale,
         entropy_scale=entropy_scale,
         train_policy=train_policy,
+        ref_logprobs=ref_logprobs,
+        kl_coef=kl_coef,
+        kl_kind=kl_kind,
     )
     critic, critic_metrics = value_loss(
         values, old_values, returns, value_mask, value_clip=value_clip, huber_delta=huber_delta

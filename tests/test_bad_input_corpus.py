@@ -49,7 +49,7 @@ KEY_CASES = [
     ("batch-multiple", [CONFIG, "actor.global_batch_size=17"], "actor.global_batch_size=17 is invalid"),
     ("sft-lr", [CONFIG, "sft.lr=-1"], "sft.lr=-1.0 is invalid: must be > 0"),
     ("skip-limit", [CONFIG, "runner.max_consecutive_skipped_updates=0"], "max_consecutive_skipped_updates=0"),
-    ("kl-penalty", [CONFIG, "algorithm.kl_beta=0.1"], "algorithm.kl_beta=0.1 is not supported"),
+    ("kl-beta", [CONFIG, "algorithm.kl_beta=-1"], "algorithm.kl_beta=-1.0 is invalid: must be >= 0.0"),
     ("section-given-scalar", [CONFIG, "actor.optim=5"], "actor.optim=5 is invalid: expected a section"),
     ("override-grammar", [CONFIG, "runner.max_epochs=[1,"], "cannot compose config"),
     ("override-without-value", [CONFIG, "runner.max_epochs"], "Error parsing override 'runner.max_epochs'"),

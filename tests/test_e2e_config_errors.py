@@ -112,9 +112,10 @@ def _cli_errors(main, argv, capsys) -> list[str]:
             "actor.model.add_value_head=False is invalid with algorithm.loss_type='actor_critic'",
         ),
         ("runner.max_epochs=ten", "runner.max_epochs='ten' is invalid: expected int"),
+        ("algorithm.kl_beta=-0.1", "algorithm.kl_beta=-0.1 is invalid: must be >= 0.0"),
         (
-            "algorithm.kl_beta=0.1",
-            "algorithm.kl_beta=0.1 is not supported: the KL penalty to a reference policy",
+            "algorithm.kl_penalty=low_var_kl",
+            "algorithm.kl_penalty='low_var_kl' is not one of: k1, k2, k3, abs",
         ),
         (
             "algorithm.filter_rewards=true",

@@ -29,6 +29,8 @@ RUN = [
     # passes to keep step with rank 0's FSDP collectives
     "actor.micro_batch_size=1",
     "actor.global_batch_size=5",
+    # the KL penalty's frozen reference is sharded like the policy; a resumed run rebuilds it from the start
+    "algorithm.kl_beta=0.1",
 ]
 # CPU cluster: resources are nodes; '0:0-1' = two actor processes on node 0. fp32 so it can match one process.
 SHARDED = [
@@ -37,7 +39,13 @@ SHARDED = [
     "hybrid_engines@actor.fsdp_config=fsdp",
     "actor.fsdp_config.mixed_precision.param_dtype=fp32",
 ]
-COMPARED = ("train/actor/policy_loss", "train/critic/value_loss", "train/actor/grad_norm", "train/loss")
+COMPARED = (
+    "train/actor/policy_loss",
+    "train/actor/kl_loss",
+    "train/critic/value_loss",
+    "train/actor/grad_norm",
+    "train/loss",
+)
 
 
 def _train_rows(log_dir: Path) -> dict[int, dict[str, float]]:

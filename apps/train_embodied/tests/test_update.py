@@ -1,4 +1,5 @@
-"""The actor update on a real tiny OpenVLA-OFT: critic warm-up, target-KL early stop, episode-mean weighting."""
+"""The actor update on a real tiny OpenVLA-OFT: critic warm-up, target-KL early stop, episode-mean weighting, the
+KL penalty to a reference policy."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
-from train_embodied.policy_io import build_optimizer, build_policy_for_run
+from train_embodied.policy_io import build_optimizer, build_policy_for_run, frozen_copy
 from train_embodied.update import UpdateSettings, ppo_update
 from vla_algos import episode_mean_weights
 
@@ -131,10 +132,11 @@ def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weight
     w = torch.linspace(0.1, 1.9, N)[torch.randperm(N, generator=g)]
     action_mask = torch.ones(N, 2, dtype=torch.bool)
     action_mask[: N // 3, 1] = False  # episodes that ended after the chunk's first action
-    algo = AlgorithmSection(update_epoch=1, logprob_type=logprob_type)
+    algo = AlgorithmSection(update_epoch=1, logprob_type=logprob_type, kl_beta=0.5)
     results = {}
     for micro in (16, 1):
         policy, batch = _policy_and_batch(num_action_chunks=2)
+        reference = frozen_copy(policy)  # equal to the policy on the first minibatch only
         batch = dataclasses.replace(
             batch,
             sample_weight=w if weighted else None,
@@ -142,9 +144,11 @@ def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weight
             advantages=torch.randn(N, 2, generator=torch.Generator().manual_seed(2)) * action_mask,
         )
         s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
-        results[micro], _ = _update(policy, batch, s)
+        results[micro], _ = _update(policy, batch, s, reference=reference)
+    assert results[16]["train/actor/kl_loss"] > 0
     for key in (
         "train/actor/policy_loss",
+        "train/actor/kl_loss",
         "train/actor/grad_norm",
         "train/actor/approx_kl",
         "train/entropy_loss",
@@ -190,3 +194,55 @@ def test_lr_warmup_waits_for_the_policy_during_critic_warmup() -> None:
     first_policy = actor.update(batch, seed=2)  # policy steps 0-5: the warmup starts here
     assert actor.global_steps() == 12 and actor.policy_step == 6
     assert first_policy["train/actor/lr"] == pytest.approx(6e-4)
+
+
+def _mean_kl_to(policy, reference, batch: SampleBatch) -> float:
+    """Mean per-token k3 estimate of KL(policy || reference) on the batch's observations and actions."""
+    from vla_algos import kl_penalty
+
+    with torch.no_grad():
+        lp = policy.evaluate(batch.forward_inputs, compute_values=False)[0]
+        ref = reference.evaluate(batch.forward_inputs, compute_values=False)[0]
+    return float(kl_penalty(lp.float(), ref.float(), "k3").mean())
+
+
+def test_kl_penalty_keeps_the_policy_near_its_starting_weights() -> None:
+    """`algorithm.kl_beta` through the actor worker: the same updates move the policy much less far from its
+    starting weights (the frozen reference) than without the penalty, and report `train/actor/kl_loss`."""
+    from train_embodied.workers import ActorWorker
+
+    _, batch = _policy_and_batch()
+    section = ModelSection(
+        image_size=32, extra={"patch_size": 16, "hidden_size": 64, "detach_critic_input": True}
+    )
+    actors = {
+        beta: ActorWorker(
+            section,
+            {"action_dim": 4},
+            OptimSection(lr=1e-3, value_lr=1e-3),
+            AlgorithmSection(update_epoch=2, kl_beta=beta, kl_penalty="k2"),
+            micro_batch_size=8,
+            global_batch_size=16,
+            seed=0,
+        )
+        for beta in (0.0, 5.0)
+    }
+    start = actors[5.0].reference
+    assert actors[0.0].reference is None
+    assert all(not p.requires_grad for p in start.parameters())
+    for seed in range(3):
+        metrics = {beta: actor.update(batch, seed=seed) for beta, actor in actors.items()}
+    assert "train/actor/kl_loss" not in metrics[0.0]
+    assert metrics[5.0]["train/actor/kl_loss"] > 0
+    free = _mean_kl_to(actors[0.0].policy, start, batch)
+    held = _mean_kl_to(actors[5.0].policy, start, batch)
+    assert held < 0.5 * free, (held, free)
+    with pytest.raises(ValueError, match=r"kl_beta=5\.0 needs the reference policy"):
+        _update(actors[5.0].policy, batch, actors[5.0].settings)
+
+
+def test_config_offers_every_kl_estimator_of_vla_algos() -> None:
+    from train_embodied.config.sections import KL_PENALTIES
+    from vla_algos import KL_KINDS
+
+    assert KL_PENALTIES == KL_KINDS

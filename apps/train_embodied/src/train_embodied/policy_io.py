@@ -65,6 +65,17 @@ def build_policy_for_run(
     return policy.to(device)
 
 
+def frozen_copy(policy: Any) -> Any:
+    """A copy of `policy` that does not train (no gradients, eval mode): the KL penalty's reference policy.
+
+    It costs one more set of weights on the actor's device (no gradients or optimizer state)."""
+    import copy
+
+    reference = copy.deepcopy(policy)
+    reference.requires_grad_(False)
+    return reference.eval()
+
+
 def _saved_value_head(path: str) -> bool:
     """Whether the checkpoint folder at `path` holds a value head (config.json `vla_models.add_value_head`)."""
     import json

@@ -1,8 +1,8 @@
 """The actor update: `update_epoch` passes of shuffled minibatches, each split into micro-batches.
 
 The loss is the `algorithm.loss_type` objective registered in vla_algos (e.g. `actor_critic`:
-policy_loss - entropy_bonus * entropy + value_loss_coef * value_loss); this module shuffles, splits into
-micro-batches and ranks, accumulates gradients and steps the optimizer.
+policy_loss - entropy_bonus * entropy [+ kl_beta * KL(policy || reference)] + value_loss_coef * value_loss); this
+module shuffles, splits into micro-batches and ranks, accumulates gradients and steps the optimizer.
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ class UpdateSettings:
     clip_grad: float
     lr_warmup_steps: int = 0
     target_kl: float | None = None
+    kl_beta: float = 0.0
+    kl_penalty: str = "k3"
 
     @classmethod
     def from_sections(
@@ -71,6 +73,8 @@ class UpdateSettings:
             clip_grad=optim.clip_grad,
             lr_warmup_steps=optim.lr_warmup_steps,
             target_kl=algo.target_kl,
+            kl_beta=algo.kl_beta,
+            kl_penalty=algo.kl_penalty,
         )
 
 
@@ -86,6 +90,7 @@ def ppo_update(
     rank: int = 0,
     world_size: int = 1,
     layout: SampleLayout | None = None,
+    reference: Any = None,
 ) -> tuple[dict[str, float], int]:
     """Update `policy` on one flattened rollout.
 
@@ -109,6 +114,10 @@ def ppo_update(
             minibatches of the whole rollout; rank r trains on the samples of each minibatch it holds, and the
             metrics are summed over the ranks, so every rank returns the metrics of whole minibatches (as one
             process would) and takes the same early-stop decision. None: `batch` is the whole rollout.
+        reference: The frozen reference policy of the KL penalty (`s.kl_beta > 0`): the rollout's log-probs under
+            it are computed once, before the first pass (`reference_logprobs`), and `kl_beta` x the `s.kl_penalty`
+            estimate of KL(policy || reference) is added to the loss (metric `train/actor/kl_loss`). Required
+            when `s.kl_beta > 0`, ignored otherwise.
 
     Early stop: with `s.target_kl` set, the passes over this rollout end after the first minibatch whose
     approx-KL to the rollout policy exceeds it (metric `train/actor/early_stopped`).
@@ -116,11 +125,18 @@ def ppo_update(
     Returns:
         (mean metrics over minibatches, number of optimizer steps).
     """
+    if s.kl_beta > 0 and reference is None:
+        raise ValueError(f"ppo_update: kl_beta={s.kl_beta} needs the reference policy (`reference`)")
     whole = layout if layout is not None else batch  # the whole rollout's masks and loss weights
     idx_all = torch.nonzero(whole.mask, as_tuple=False).squeeze(-1)
     n = len(idx_all)
     if n == 0:
         return {"train/actor/num_samples": 0.0}, 0
+    ref_logprobs = None
+    if s.kl_beta > 0:
+        ref_logprobs = reference_logprobs(
+            reference, batch, idx_all, s.micro_batch_size, layout=layout, rank=rank
+        )
     sums: dict[str, float] = {}
     count = 0
     steps = 0
@@ -148,7 +164,13 @@ def ppo_update(
                 weight = 0.0 if padding else len(micro) * world_size / len(mb)
                 pad = torch.zeros(1, dtype=torch.long)  # any sample of this rank's batch (weight 0)
                 loss, metrics = _micro_loss(
-                    policy, batch, pad if padding else micro, s, train_policy=train_policy, minibatch=sources
+                    policy,
+                    batch,
+                    pad if padding else micro,
+                    s,
+                    train_policy=train_policy,
+                    minibatch=sources,
+                    ref_logprobs=ref_logprobs,
                 )
                 (loss * weight).backward()
                 for k, v in metrics.items():
@@ -180,6 +202,38 @@ def ppo_update(
     return out, steps
 
 
+def reference_logprobs(
+    reference: Any,
+    batch: SampleBatch,
+    samples: torch.Tensor,
+    micro_batch_size: int,
+    *,
+    layout: SampleLayout | None = None,
+    rank: int = 0,
+) -> torch.Tensor:
+    """Token log-probs of `batch`'s decisions under the frozen `reference` policy, like `batch.old_logprobs`
+    (float32 CPU [N, C, A]; rows outside `samples` are 0).
+
+    Args:
+        samples: The sample indices that enter the loss (of the whole rollout when `layout` is given).
+        micro_batch_size: Decisions per forward pass.
+        layout, rank: As `ppo_update`'s: every rank runs as many passes as the rank with the most samples (a
+            sharded reference's gathers must match), padding with a pass whose result is dropped.
+    """
+    mine = minibatch_share(samples, layout, rank)
+    out = torch.zeros_like(batch.old_logprobs, dtype=torch.float32)
+    with torch.no_grad():
+        for i in range(num_micro_batches(samples, layout, micro_batch_size)):
+            rows = mine[i * micro_batch_size : (i + 1) * micro_batch_size]
+            idx = rows if len(rows) else torch.zeros(1, dtype=torch.long)
+            logprobs = reference.evaluate(
+                {k: v[idx] for k, v in batch.forward_inputs.items()}, compute_values=False
+            )[0]
+            if len(rows):
+                out[rows] = logprobs.float().cpu()
+    return out
+
+
 @dataclass(frozen=True)
 class _LossWeights:
     """What the loss weights of a set of samples derive from: `loss_agg_mode` weights [n] (or None), executed
@@ -205,6 +259,7 @@ def _micro_loss(
     *,
     train_policy: bool = True,
     minibatch: _LossWeights,
+    ref_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss of micro-batch `idx` (indices of `batch`), scaled to its share of the minibatch whose loss
     weights are `minibatch` (those of all the minibatch's samples, known on every rank)."""
@@ -218,6 +273,7 @@ def _micro_loss(
         return value[idx].to(dev)
 
     old_lp = reduce_logprobs(rows(batch.old_logprobs), s.logprob_type)
+    ref_lp = None if ref_logprobs is None else reduce_logprobs(rows(ref_logprobs), s.logprob_type)
     # actions after an episode's end inside a chunk were never executed: no ratio, no entropy for them
     action_mask = rows(batch.action_mask) if batch.action_mask is not None else None
     adv = advantages_per_ratio(rows(batch.advantages), new_lp.ndim, action_mask)
@@ -274,6 +330,9 @@ def _micro_loss(
         policy_scale=policy_share,
         entropy_scale=entropy_share,
         train_policy=train_policy,
+        ref_logprobs=ref_lp,
+        kl_coef=s.kl_beta,
+        kl_kind=s.kl_penalty,
         value_clip=s.value_clip,
         huber_delta=s.huber_delta,
         value_coef=s.value_loss_coef,

@@ -25,7 +25,13 @@ from train_embodied.config.sections import (
     RolloutSection,
 )
 from train_embodied.numerics import SKIPPED_MINIBATCHES, nonfinite_inputs
-from train_embodied.policy_io import build_optimizer, build_policy_for_run, policy_values, select_proprio
+from train_embodied.policy_io import (
+    build_optimizer,
+    build_policy_for_run,
+    frozen_copy,
+    policy_values,
+    select_proprio,
+)
 from train_embodied.seeds import rank_seed, row_seed
 from train_embodied.sharding import (
     all_reduce_sum,
@@ -403,8 +409,15 @@ class ActorWorker(Worker):
             self.init_process_group()  # gloo on the CPU, nccl on a GPU; rendezvous at rank 0's node
         torch.manual_seed(seed)  # every rank builds the same initial weights, then keeps its shard
         self.policy = build_policy_for_run(model, env_spec, device=self.device)
+        # the KL penalty's reference: a frozen copy of the starting weights (`actor.model.model_path`; a resumed
+        # run rebuilds it from there before loading the checkpoint, so it stays the same)
+        self.reference = frozen_copy(self.policy) if algorithm.kl_beta > 0 else None
         if self.sharded:
-            shard_policy(self.policy, fsdp or FSDPSection(strategy="fsdp2", sharding_strategy="full_shard"))
+            for module in (self.policy, self.reference):
+                if module is not None:
+                    shard_policy(
+                        module, fsdp or FSDPSection(strategy="fsdp2", sharding_strategy="full_shard")
+                    )
         self.policy.eval()
         self.optimizer = build_optimizer(self.policy, optim)
         self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)
@@ -414,6 +427,10 @@ class ActorWorker(Worker):
         self.policy_step = 0  # optimizer steps that trained the policy (the lr warmup's clock)
         self.offloader = ModelOffloader(self.policy, self.optimizer, enabled=enable_offload)
         self.offloader.offload()
+        self.reference_offloader = None
+        if self.reference is not None:
+            self.reference_offloader = ModelOffloader(self.reference, enabled=enable_offload)
+            self.reference_offloader.offload()
 
     @contextmanager
     def _on_device(self) -> Iterator[None]:
@@ -423,6 +440,18 @@ class ActorWorker(Worker):
             yield
         finally:
             self.offloader.offload()
+
+    @contextmanager
+    def _reference_on_device(self) -> Iterator[None]:
+        """The KL reference policy (if any) on the worker's device inside the block (`_on_device`'s twin)."""
+        if self.reference_offloader is None:
+            yield
+            return
+        self.reference_offloader.reload()
+        try:
+            yield
+        finally:
+            self.reference_offloader.offload()
 
     @register("one_to_all", collect="first")
     def offload_state(self) -> dict[str, bool]:
@@ -495,7 +524,7 @@ class ActorWorker(Worker):
         self.generator.manual_seed(int(seed))
         # eval mode on purpose: no dropout, so the recomputed log-probs match the rollout's (ratio 1 at first)
         self.policy.eval()
-        with self._on_device():
+        with self._on_device(), self._reference_on_device():
             metrics, steps = ppo_update(
                 self.policy,
                 self.optimizer,
@@ -507,6 +536,7 @@ class ActorWorker(Worker):
                 rank=self.rank,
                 world_size=self.world_size,
                 layout=layout,
+                reference=self.reference,
             )
         self.global_step += steps
         if train_policy:

@@ -21,6 +21,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 MODEL_SIZES = ("tiny", "full")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 PER_TASK_ADVANTAGES = ("none", "center", "whiten")
+KL_PENALTIES = ("k1", "k2", "k3", "abs")  # vla_algos.KL_KINDS
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 
@@ -150,6 +151,7 @@ class AlgorithmSection:
     huber_delta: float | None = None
     value_loss_coef: float = 0.5
     kl_beta: float = 0.0
+    kl_penalty: str = "k3"
     gamma: float = 0.99
     gae_lambda: float = 0.95
     group_size: int = 1
@@ -179,11 +181,8 @@ class AlgorithmSection:
         if self.huber_delta is not None:
             errors += above(f"{prefix}.huber_delta", self.huber_delta, 0.0)
         errors += at_least(f"{prefix}.value_loss_coef", self.value_loss_coef, 0.0)
-        if self.kl_beta != 0.0:  # accepted for the reference configs' sake, which all set 0.0
-            errors.append(
-                f"{prefix}.kl_beta={self.kl_beta!r} is not supported: the KL penalty to a reference policy is not "
-                f"implemented (set 0.0; {prefix}.target_kl and the clip ratios limit how far an update moves)"
-            )
+        errors += at_least(f"{prefix}.kl_beta", self.kl_beta, 0.0)
+        errors += one_of(f"{prefix}.kl_penalty", self.kl_penalty, KL_PENALTIES)
         errors += in_range(f"{prefix}.gamma", self.gamma, 0.0, 1.0)
         errors += in_range(f"{prefix}.gae_lambda", self.gae_lambda, 0.0, 1.0)
         errors += at_least(f"{prefix}.group_size", self.group_size, 1)

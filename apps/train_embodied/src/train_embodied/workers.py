@@ -184,6 +184,19 @@ def join_predictions(outputs: list[Prediction]) -> Prediction:
     )
 
 
+@contextmanager
+def _resident(offloader: ModelOffloader | None) -> Iterator[None]:
+    """What `offloader` holds on its device inside the block, back in host memory after it (None: nothing)."""
+    if offloader is None:
+        yield
+        return
+    offloader.reload()
+    try:
+        yield
+    finally:
+        offloader.offload()
+
+
 class RolloutWorker(Worker):
     """The rollout policy (no gradients): samples actions and values for the env workers.
 
@@ -435,23 +448,14 @@ class ActorWorker(Worker):
     @contextmanager
     def _on_device(self) -> Iterator[None]:
         """Policy and optimizer on the worker's device inside the block, back in host memory after it."""
-        self.offloader.reload()
-        try:
+        with _resident(self.offloader):
             yield
-        finally:
-            self.offloader.offload()
 
     @contextmanager
     def _reference_on_device(self) -> Iterator[None]:
-        """The KL reference policy (if any) on the worker's device inside the block (`_on_device`'s twin)."""
-        if self.reference_offloader is None:
+        """The KL reference policy (if any) on the worker's device inside the block."""
+        with _resident(self.reference_offloader):
             yield
-            return
-        self.reference_offloader.reload()
-        try:
-            yield
-        finally:
-            self.reference_offloader.offload()
 
     @register("one_to_all", collect="first")
     def offload_state(self) -> dict[str, bool]:

@@ -34,6 +34,7 @@ from torch import nn
 from transformers import GemmaConfig, GemmaModel, SiglipVisionConfig, SiglipVisionModel
 from transformers.models.gemma.modeling_gemma import GemmaAttention, GemmaMLP, GemmaRMSNorm
 
+from vla_models.cache_kwarg import cache_kwarg
 from vla_models.dtypes import DTYPES
 from vla_models.lora import apply_lora, merge_lora_
 from vla_models.openpi.configuration_openpi import OpenPiConfig
@@ -145,7 +146,7 @@ class ExpertLayer(nn.Module):
             hidden_states=x,
             position_embeddings=position_embeddings,
             attention_mask=mask,
-            past_key_values=cache,
+            **cache_kwarg(self.self_attn, cache),
         )
         h = _residual(h, x, gate)
         x, gate = _norm(self.post_attention_layernorm, h, cond)
@@ -413,7 +414,7 @@ class OpenPiPolicy(nn.Module):
         pe = lm.rotary_emb(h, pos)
         cache = _RecordingCache()
         for layer in lm.layers:
-            h = layer(h, attention_mask=mask, position_embeddings=pe, past_key_values=cache)
+            h = layer(h, attention_mask=mask, position_embeddings=pe, **cache_kwarg(layer, cache))
         return Prefix(cache.keys, cache.values, valid, valid.long().sum(-1), lm.norm(h))
 
     def expert_pass(

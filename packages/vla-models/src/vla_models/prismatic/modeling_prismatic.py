@@ -19,6 +19,7 @@ from transformers import (
     SiglipVisionModel,
 )
 
+from vla_models.cache_kwarg import cache_kwarg, output_cache
 from vla_models.prismatic.configuration_prismatic import PrismaticConfig, VisionTowerConfig
 
 
@@ -242,11 +243,12 @@ class PrismaticBackbone(nn.Module):
         dtype = inputs_embeds.dtype
         additive = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device)
         additive = additive.masked_fill(~attention_mask.bool(), torch.finfo(dtype).min)
-        out = self.language_model.model(
+        decoder = self.language_model.model
+        out = decoder(
             inputs_embeds=inputs_embeds,
             attention_mask=additive,
             position_ids=position_ids,
-            past_key_values=past_key_values,
             use_cache=use_cache,
+            **cache_kwarg(decoder, past_key_values),
         )
-        return out.last_hidden_state, (out.past_key_values if use_cache else None)
+        return out.last_hidden_state, (output_cache(out) if use_cache else None)

@@ -13,19 +13,12 @@ from typing import Any
 
 from torch import nn
 
-_NAMES = ("cache", "past_key_values")
-
 
 @functools.cache
 def _name(cls: type) -> str:
     params = inspect.signature(cls.forward).parameters
-    for name in _NAMES:
-        if name in params:
-            return name
-    # a wrapper that forwards **kwargs (e.g. peft): the name of the installed transformers' Llama decoder
-    from transformers.models.llama.modeling_llama import LlamaModel
-
-    return "cache" if "cache" in inspect.signature(LlamaModel.forward).parameters else "past_key_values"
+    # every version in the supported range still takes the old name
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def cache_kwarg(module: nn.Module, cache: Any) -> dict[str, Any]:

@@ -26,9 +26,12 @@ from train_embodied.config import list_configs, load_train_config
 from train_embodied.testing import read_metrics, run_train
 
 # LIBERO's configs start robosuite and build its scenes: 195-245 s per config on 2 cores, close to the suite's
-# 300 s hang guard, which one more job on the machine pushes past
+# 300 s hang guard, which one more job on the machine pushes past. They are `long`: scripts/test.sh runs them with
+# VLA_LONG_TESTS=1 (LIBERO itself is tested in packages/vla-envs/tests/test_libero_env.py on every run).
 SHIPPED = [
-    pytest.param(name, marks=pytest.mark.timeout(900)) if name.startswith("libero") else name
+    pytest.param(name, marks=[pytest.mark.long, pytest.mark.timeout(900)])
+    if name.startswith("libero")
+    else name
     for name in list_configs()
 ]
 ROBOTWIN_VENV = Path(

@@ -31,7 +31,8 @@ from train_embodied.testing import read_metrics, run_train
 # packages/vla-envs/tests/test_libero_env.py on every run). The RoboTwin `_eval` configs evaluate the policy and env of
 # their training twins, whose runs end with that evaluation (evaluation-only mode runs in the MetaWorld `_eval`
 # configs); RoboTwin's GRPO config (85 s) adds group sampling, which the MetaWorld GRPO configs run, to the RoboTwin
-# adapter, which the RoboTwin PPO configs run. Config name -> its hang guard (s).
+# adapter, which the RoboTwin PPO configs run and whose equal starts for equal ids (what a group needs)
+# packages/vla-envs/tests/test_robotwin_real.py checks. Config name -> its hang guard (s).
 LONG = {
     "libero_10_grpo_openvlaoft": 900,
     "libero_10_ppo_openvlaoft": 900,

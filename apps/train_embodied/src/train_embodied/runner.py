@@ -35,6 +35,7 @@ from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollout
 from train_embodied.run_workers import RunWorkers
 from train_embodied.seeds import stream_seed
 from train_embodied.trajectories import rollout_rows, rollout_shard
+from train_embodied.update import lr_decay_scale
 from vla_algos import get_advantage_estimator, get_policy_loss
 from vla_envs import TaskGrouping, evaluation_table, format_evaluation_tables
 
@@ -218,7 +219,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         # `auto` restarting a run that saved nothing: it logs everything again
         drop_metrics_after(log_dir, -1)
     logger = make_logger(tc, log_dir)
-    algo, runner = tc.algorithm, tc.runner
+    algo, runner, optim = tc.algorithm, tc.runner, tc.actor.optim
     estimator, loss = get_advantage_estimator(algo.adv_type), get_policy_loss(algo.loss_type)
     summary: dict[str, Any] = {
         "config": runner.logger.experiment_name,
@@ -321,6 +322,9 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 w.rollout.world_size,
                 stream_seed(runner.seed, seeds.UPDATE_SHUFFLE, epoch),
                 train_policy=train_policy,
+                lr_scale=lr_decay_scale(
+                    optim.lr_decay_style, epoch, runner.max_epochs, optim.min_lr / optim.lr
+                ),
             )
             why = (
                 "NaN/inf in " + ", ".join(bad_inputs)

@@ -7,6 +7,7 @@ module shuffles, splits into micro-batches and ranks, accumulates gradients and 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +92,7 @@ def ppo_update(
     world_size: int = 1,
     layout: SampleLayout | None = None,
     reference: Any = None,
+    lr_scale: float = 1.0,
 ) -> tuple[dict[str, float], int]:
     """Update `policy` on one flattened rollout.
 
@@ -118,6 +120,7 @@ def ppo_update(
             it are computed once, before the first pass (`reference_logprobs`), and `kl_beta` x the `s.kl_penalty`
             estimate of KL(policy || reference) is added to the loss (metric `train/actor/kl_loss`). Required
             when `s.kl_beta > 0`, ignored otherwise.
+        lr_scale: This iteration's learning-rate decay factor (`lr_decay_scale`); the warmup scales on top of it.
 
     Early stop: with `s.target_kl` set, the passes over this rollout end after the first minibatch whose
     approx-KL to the rollout policy exceeds it (metric `train/actor/early_stopped`).
@@ -149,7 +152,7 @@ def ppo_update(
         for start in range(0, n, s.global_batch_size):
             mb = perm[start : start + s.global_batch_size]
             optimizer.zero_grad(set_to_none=True)
-            set_warmup_lr(optimizer, start_step + steps, s.lr_warmup_steps if train_policy else 0)
+            set_warmup_lr(optimizer, start_step + steps, s.lr_warmup_steps if train_policy else 0, lr_scale)
             acc: dict[str, float] = {}
             share = minibatch_share(mb, layout, rank)
             sources = _LossWeights(
@@ -244,11 +247,30 @@ class _LossWeights:
     size: int
 
 
-def set_warmup_lr(optimizer: torch.optim.Optimizer, step: int, warmup_steps: int) -> None:
-    """Linear warmup: lr = base_lr * min(1, (step + 1) / warmup_steps) (a function of the step: resume-exact)."""
+def set_warmup_lr(optimizer: torch.optim.Optimizer, step: int, warmup_steps: int, scale: float = 1.0) -> None:
+    """Linear warmup: lr = base_lr * scale * min(1, (step + 1) / warmup_steps) (a function of the step and of
+    `scale`, the decay factor of the current iteration (`lr_decay_scale`): resume-exact)."""
     for group in optimizer.param_groups:
-        base = group.setdefault("base_lr", group["lr"])
+        base = group.setdefault("base_lr", group["lr"]) * scale
         group["lr"] = base * min(1.0, (step + 1) / warmup_steps) if warmup_steps > 0 else base
+
+
+def lr_decay_scale(style: str, iteration: int, num_iterations: int, min_ratio: float = 0.0) -> float:
+    """The learning-rate factor of training iteration `iteration` (0-based) of `num_iterations`.
+
+    `constant`: 1. `linear` / `cosine`: from 1 at the first iteration towards `min_ratio` (`min_lr / lr`), reached
+    one iteration after the last, so the last iteration still trains (linear: 1 - (1 - min_ratio) * i / n).
+    """
+    if style == "constant" or num_iterations <= 0:
+        return 1.0
+    progress = min(max(iteration / num_iterations, 0.0), 1.0)
+    if style == "linear":
+        shape = 1.0 - progress
+    elif style == "cosine":
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    else:
+        raise ValueError(f"lr_decay_style={style!r} is not one of: constant, linear, cosine")
+    return min_ratio + (1.0 - min_ratio) * shape
 
 
 def _micro_loss(

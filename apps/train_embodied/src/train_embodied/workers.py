@@ -510,21 +510,26 @@ class ActorWorker(Worker):
             raise
 
     @register("one_to_all", collect="first")
-    def update(self, batch: SampleBatch, seed: int, train_policy: bool = True) -> dict[str, float]:
+    def update(
+        self, batch: SampleBatch, seed: int, train_policy: bool = True, lr_scale: float = 1.0
+    ) -> dict[str, float]:
         """Run `update_epoch` passes of minibatch PPO/GRPO over `batch`, the whole rollout, on one actor rank
         (see update.ppo_update; several ranks train on their shares of a rollout: `train_on_rollout`).
 
         `seed` re-seeds the minibatch shuffling, so a resumed run shuffles exactly as an uninterrupted one;
-        `train_policy=False` trains only the critic (warm-up iterations).
+        `train_policy=False` trains only the critic (warm-up iterations); `lr_scale` is the iteration's
+        learning-rate decay factor (`update.lr_decay_scale`).
         """
         if self.world_size > 1:
             raise ValueError(
                 f"ActorWorker.update takes the whole rollout on one rank; this group has {self.world_size} ranks, "
                 "which train on their data-parallel shares (train_on_rollout)"
             )
-        return self._train(batch, seed, train_policy, None)
+        return self._train(batch, seed, train_policy, None, lr_scale)
 
-    def _train(self, batch: SampleBatch, seed: int, train_policy: bool, layout: Any) -> dict[str, float]:
+    def _train(
+        self, batch: SampleBatch, seed: int, train_policy: bool, layout: Any, lr_scale: float = 1.0
+    ) -> dict[str, float]:
         self.generator.manual_seed(int(seed))
         # eval mode on purpose: no dropout, so the recomputed log-probs match the rollout's (ratio 1 at first)
         self.policy.eval()
@@ -541,6 +546,7 @@ class ActorWorker(Worker):
                 world_size=self.world_size,
                 layout=layout,
                 reference=self.reference,
+                lr_scale=lr_scale,
             )
         self.global_step += steps
         if train_policy:
@@ -549,7 +555,13 @@ class ActorWorker(Worker):
 
     @register("dp_split", collect="first")
     def train_on_rollout(
-        self, shard: RolloutShard, channel: Channel, num_parts: int, seed: int, train_policy: bool = True
+        self,
+        shard: RolloutShard,
+        channel: Channel,
+        num_parts: int,
+        seed: int,
+        train_policy: bool = True,
+        lr_scale: float = 1.0,
     ) -> tuple[dict[str, float], list[str]]:
         """Advantages and the update on this rank's data-parallel share of an iteration's rollouts.
 
@@ -558,6 +570,7 @@ class ActorWorker(Worker):
         rank). Advantages are computed here (GAE needs whole time columns: this rank has them); whitening, the
         logged rollout statistics and the critic's explained variance are those of the whole rollout, and every
         rank draws the same minibatches of the whole rollout, so the update is the one a single process makes.
+        `lr_scale`: the iteration's learning-rate decay factor (`update.lr_decay_scale`).
 
         Returns:
             (metrics: `train/*` and `rollout/*`, the names of non-finite update inputs; when there are any the
@@ -581,7 +594,7 @@ class ActorWorker(Worker):
             t = batch.rewards.shape[0]
             first = int(shard.rows[0])
             layout = sample_layout(first, t, samples.mask, samples.sample_weight, samples.action_mask)
-        metrics = self._train(samples, seed, train_policy, layout)
+        metrics = self._train(samples, seed, train_policy, layout, lr_scale)
         if samples.returns is not None and samples.old_values is not None:
             m = samples.mask
             pairs = gather_objects((samples.old_values[m], samples.returns[m]))

@@ -21,6 +21,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 MODEL_SIZES = ("tiny", "full")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 PER_TASK_ADVANTAGES = ("none", "center", "whiten")
+LR_DECAY_STYLES = ("constant", "linear", "cosine")
 KL_PENALTIES = ("k1", "k2", "k3", "abs")  # vla_algos.KL_KINDS
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
@@ -248,7 +249,12 @@ class RolloutSection:
 
 @dataclass
 class OptimSection:
-    """`actor.optim`: AdamW settings; `value_lr` is the value head's learning rate."""
+    """`actor.optim`: AdamW settings; `value_lr` is the value head's learning rate.
+
+    `lr_decay_style` (constant, linear, cosine) decays every learning rate over the run's training iterations
+    (`runner.max_epochs`) from its value towards `min_lr` x its value / `lr` (so the value head's lr keeps its ratio
+    to the policy's); the warmup (`lr_warmup_steps`) scales on top of it.
+    """
 
     lr: float = 1e-4
     value_lr: float = 1e-4
@@ -257,9 +263,16 @@ class OptimSection:
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     adam_eps: float = 1e-8
     lr_warmup_steps: int = 0
+    lr_decay_style: str = "constant"
+    min_lr: float = 0.0
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.lr_warmup_steps", self.lr_warmup_steps, 0)
+        errors += one_of(f"{prefix}.lr_decay_style", self.lr_decay_style, LR_DECAY_STYLES)
+        if not 0.0 <= self.min_lr <= self.lr:
+            errors.append(
+                f"{prefix}.min_lr={self.min_lr!r} is invalid: must lie in [0, {prefix}.lr={self.lr!r}]"
+            )
         for name in ("lr", "value_lr", "adam_eps"):
             if getattr(self, name) <= 0:
                 errors.append(f"{prefix}.{name}={getattr(self, name)!r} is invalid: must be > 0")

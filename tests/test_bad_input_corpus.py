@@ -46,6 +46,16 @@ KEY_CASES = [
     ("temperature", [CONFIG, "rollout.temperature=0"], "rollout.temperature=0.0 is invalid: must be > 0"),
     ("greedy-rollouts", [CONFIG, "rollout.do_sample=false"], "rollout.do_sample=False is not supported"),
     ("adam-betas", [CONFIG, "actor.optim.adam_betas=[0.9]"], "actor.optim.adam_betas=[0.9] is invalid"),
+    (
+        "lr-decay-style",
+        [CONFIG, "actor.optim.lr_decay_style=step"],
+        "actor.optim.lr_decay_style='step' is not one of: constant, linear, cosine",
+    ),
+    (
+        "min-lr",
+        [CONFIG, "actor.optim.min_lr=1"],
+        "actor.optim.min_lr=1.0 is invalid: must lie in [0, actor.optim.lr=",
+    ),
     ("batch-multiple", [CONFIG, "actor.global_batch_size=17"], "actor.global_batch_size=17 is invalid"),
     ("sft-lr", [CONFIG, "sft.lr=-1"], "sft.lr=-1.0 is invalid: must be > 0"),
     ("skip-limit", [CONFIG, "runner.max_consecutive_skipped_updates=0"], "max_consecutive_skipped_updates=0"),

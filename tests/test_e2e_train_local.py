@@ -50,11 +50,16 @@ CRITIC_METRICS = [
 ]
 
 
+# two iterations with a linear lr decay: the second trains at half the lr, and the resume tests check that a
+# resumed run decays exactly as an uninterrupted one
+PPO_RUN = [*PPO_TINY, "runner.max_epochs=2", "actor.optim.lr_decay_style=linear"]
+
+
 @pytest.fixture(scope="module")
 def ppo_run(tmp_path_factory) -> Path:
     """Two PPO iterations with a checkpoint after each (shared by the PPO and resume tests)."""
     log_dir = tmp_path_factory.mktemp("ppo") / "run"
-    run_train("metaworld_ppo_tiny_cpu", [*PPO_TINY, "runner.max_epochs=2", "runner.save_interval=1"], log_dir)
+    run_train("metaworld_ppo_tiny_cpu", [*PPO_RUN, "runner.save_interval=1"], log_dir)
     return log_dir
 
 
@@ -76,6 +81,9 @@ def test_ppo_iterations_log_reference_metrics(ppo_run: Path) -> None:
     # the actor recomputes exactly what the rollout sampled: first-epoch ratio 1, so tiny KL
     assert rows[0]["train/actor/first_minibatch_approx_kl"] < 1e-6
     assert rows[0]["train/actor/num_samples"] == 16
+    # linear decay over 2 iterations: the config's lr, then half of it
+    assert rows[0]["train/actor/lr"] == pytest.approx(3e-4)
+    assert rows[1]["train/actor/lr"] == pytest.approx(1.5e-4)
     assert math.isfinite(rows[1]["train/critic/value_loss"])
     evals = [r for r in read_metrics(ppo_run) if "eval/success_once" in r]
     assert [r["step"] for r in evals] == [0, 2] and "eval/success_once_greedy" in evals[0]
@@ -92,8 +100,7 @@ def test_resume_matches_an_uninterrupted_run(ppo_run: Path, tmp_path: Path) -> N
     run_train(
         "metaworld_ppo_tiny_cpu",
         [
-            *PPO_TINY,
-            "runner.max_epochs=2",
+            *PPO_RUN,
             f"runner.resume_dir={ppo_run / 'checkpoints' / 'global_step_1'}",
             "runner.eval_after_train=false",
         ],
@@ -126,8 +133,8 @@ def test_sigkill_then_auto_resume_reproduces_the_uninterrupted_run(ppo_run: Path
     """The trainer SIGKILLed at a random moment after its first checkpoint; the same command with
     runner.resume_dir=auto continues in the same run folder and logs exactly the uninterrupted run's metrics."""
     command = [
-        sys.executable, "-m", "train_embodied.cli", "metaworld_ppo_tiny_cpu", *PPO_TINY,
-        "runner.max_epochs=2", "runner.save_interval=1", "runner.resume_dir=auto",
+        sys.executable, "-m", "train_embodied.cli", "metaworld_ppo_tiny_cpu", *PPO_RUN,
+        "runner.save_interval=1", "runner.resume_dir=auto",
         f"runner.logger.log_path={tmp_path}",
     ]  # fmt: skip
     runs = tmp_path / "metaworld_ppo_tiny_cpu"

@@ -196,6 +196,32 @@ def test_lr_warmup_waits_for_the_policy_during_critic_warmup() -> None:
     assert first_policy["train/actor/lr"] == pytest.approx(6e-4)
 
 
+def test_lr_decay_scale_shapes() -> None:
+    """constant: 1; linear / cosine: 1 at the first iteration, falling towards min_lr / lr, which the last
+    iteration does not reach (it still trains)."""
+    from train_embodied.update import lr_decay_scale
+
+    assert [lr_decay_scale("constant", i, 4) for i in range(4)] == [1.0] * 4
+    assert [lr_decay_scale("linear", i, 4) for i in range(4)] == pytest.approx([1.0, 0.75, 0.5, 0.25])
+    assert [lr_decay_scale("linear", i, 4, 0.2) for i in range(4)] == pytest.approx([1.0, 0.8, 0.6, 0.4])
+    cosine = [lr_decay_scale("cosine", i, 4, 0.1) for i in range(4)]
+    assert cosine[0] == 1.0 and cosine[2] == pytest.approx(0.55)
+    assert cosine == sorted(cosine, reverse=True) and cosine[-1] > 0.1
+    with pytest.raises(ValueError, match="lr_decay_style='step'"):
+        lr_decay_scale("step", 1, 4)
+
+
+def test_lr_decay_scales_every_group_on_top_of_the_warmup() -> None:
+    """The iteration's decay factor multiplies the warmed-up lr of the policy and of the value head alike."""
+    _, batch = _policy_and_batch()
+    actor = _warmup_actor()
+    first = actor.update(batch, seed=1, lr_scale=0.5)  # warmup step 5 of 10: 6e-4, halved
+    assert first["train/actor/lr"] == pytest.approx(3e-4)
+    actor.update(batch, seed=2, lr_scale=0.25)  # past the warmup: 1e-3 x 0.25 for both groups
+    assert [g["lr"] for g in actor.optimizer.param_groups] == pytest.approx([2.5e-4, 2.5e-4])
+    assert [g["base_lr"] for g in actor.optimizer.param_groups] == pytest.approx([1e-3, 1e-3])
+
+
 def _mean_kl_to(policy, reference, batch: SampleBatch) -> float:
     """Mean per-token k3 estimate of KL(policy || reference) on the batch's observations and actions."""
     from vla_algos import kl_penalty

@@ -54,7 +54,7 @@ KEY_CASES = [
     (
         "min-lr",
         [CONFIG, "actor.optim.min_lr=1"],
-        "actor.optim.min_lr=1.0 is invalid: must lie in [0, actor.optim.lr=",
+        "actor.optim.min_lr=1.0 is invalid: must be <= actor.optim.lr=",
     ),
     ("batch-multiple", [CONFIG, "actor.global_batch_size=17"], "actor.global_batch_size=17 is invalid"),
     ("sft-lr", [CONFIG, "sft.lr=-1"], "sft.lr=-1.0 is invalid: must be > 0"),

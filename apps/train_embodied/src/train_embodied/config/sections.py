@@ -269,10 +269,9 @@ class OptimSection:
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.lr_warmup_steps", self.lr_warmup_steps, 0)
         errors += one_of(f"{prefix}.lr_decay_style", self.lr_decay_style, LR_DECAY_STYLES)
-        if not 0.0 <= self.min_lr <= self.lr:
-            errors.append(
-                f"{prefix}.min_lr={self.min_lr!r} is invalid: must lie in [0, {prefix}.lr={self.lr!r}]"
-            )
+        errors += at_least(f"{prefix}.min_lr", self.min_lr, 0.0)
+        if self.min_lr > self.lr > 0:  # a non-positive lr is reported below, once
+            errors.append(f"{prefix}.min_lr={self.min_lr!r} is invalid: must be <= {prefix}.lr={self.lr!r}")
         for name in ("lr", "value_lr", "adam_eps"):
             if getattr(self, name) <= 0:
                 errors.append(f"{prefix}.{name}={getattr(self, name)!r} is invalid: must be > 0")

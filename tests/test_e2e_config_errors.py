@@ -162,6 +162,27 @@ def test_bad_pi0_keys_give_one_clear_line(override: str, expected: str, capsys) 
     assert any(expected in line for line in lines), lines
 
 
+def test_ppo_filter_rewards_needs_task_groups_and_one_episode_per_env(capsys) -> None:
+    """PPO's `filter_rewards` scores each task by its rows' first episodes: it needs the rows grouped by task and
+    auto_reset off, and says which key to change; with both it validates (the MT10 layout)."""
+    lines = _cli_errors(
+        train_main,
+        ["metaworld_ppo_tiny_cpu", "algorithm.filter_rewards=true", "algorithm.per_task_advantages=center"],
+        capsys,
+    )
+    assert lines == [
+        "vla-train: config error: env.train.auto_reset=True is invalid with algorithm.filter_rewards=true and "
+        "algorithm.adv_type='gae': a task's score is the mean of its env rows' first-episode scores, one episode per "
+        "env (set env.train.auto_reset=false)"
+    ], lines
+    tc = load_train_config(
+        "metaworld_mt10_ppo_tiny_cpu",
+        ["algorithm.filter_rewards=true", "algorithm.rewards_lower_bound=0.1"],
+        check_paths=False,
+    )
+    assert tc.algorithm.filter_rewards and tc.algorithm.per_task_advantages == "center"
+
+
 @pytest.mark.parametrize(
     ("backend", "where"), [("local", "the local backend"), ("ray", "a private Ray instance")]
 )

@@ -84,13 +84,21 @@ from train_embodied.sharding import all_reduce_sum, rank_task_groups
 from vla_infra.fsdp import spawn_local_group
 
 TASKS = {tasks!r}
+ALGOS = {{
+    "center": AlgorithmSection(per_task_advantages="center"),
+    "whiten": AlgorithmSection(per_task_advantages="whiten"),
+    # task k's rows score about 5 + 10 k: "push the puck" (on rank 0 only) is left out on both ranks
+    "filter": AlgorithmSection(
+        per_task_advantages="center", filter_rewards=True, rewards_lower_bound=0.0, rewards_upper_bound=20.0
+    ),
+}}
 ROWS = [(0, 4), (4, 6)]
 
 
 def run(rank, world_size, out):
     part = rollout(TASKS, *ROWS[rank])  # the task ids are computed in this process (another hash seed)
-    for mode in ("center", "whiten"):
-        algo = AlgorithmSection(per_task_advantages=mode)
+    for mode in ("center", "whiten", "filter"):
+        algo = ALGOS[mode]
         groups = rank_task_groups(part.task_ids)
         adv = compute_advantages(part, algo, all_reduce=all_reduce_sum, task_groups=groups)
         torch.save(adv.advantages, f"{{out}}/{{mode}}{{rank}}.pt")
@@ -147,10 +155,23 @@ def test_two_ranks_whiten_each_task_over_both_ranks_rows(fixture_dir: Path) -> N
         [sys.executable, str(script), str(fixture_dir)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
-    for mode in ("center", "whiten"):
+    algos = {
+        "center": AlgorithmSection(per_task_advantages="center"),
+        "whiten": AlgorithmSection(per_task_advantages="whiten"),
+        "filter": AlgorithmSection(
+            per_task_advantages="center",
+            filter_rewards=True,
+            rewards_lower_bound=0.0,
+            rewards_upper_bound=20.0,
+        ),
+    }
+    for mode, algo in algos.items():
         parts = [torch.load(fixture_dir / f"{mode}{r}.pt", weights_only=True) for r in (0, 1)]
-        whole = compute_advantages(rollout(TASKS, 0, B), AlgorithmSection(per_task_advantages=mode))
+        whole = compute_advantages(rollout(TASKS, 0, B), algo)
         assert torch.allclose(torch.cat(parts, dim=1), whole.advantages, atol=1e-5), mode
+    # the filter left "push the puck" (row 3, rank 0's) out, and not the others
+    filtered = compute_advantages(rollout(TASKS, 0, B), algos["filter"]).advantages
+    assert bool((filtered[:, 3] == 0).all()) and bool((filtered[:, [0, 1, 2, 4, 5]] != 0).any(dim=0).all())
 
 
 def test_rollout_without_task_ids_is_refused_by_name() -> None:
@@ -196,3 +217,77 @@ def test_centred_tasks_keep_the_rollouts_scale(fixture_dir: Path) -> None:
     cols = [b for b, x in enumerate(TASKS) if x == "open the drawer"]
     sel = raw[:, cols][batch.loss_mask[:, cols]]
     assert torch.allclose(only[:, cols], raw[:, cols] - sel.mean(), atol=1e-5)
+
+
+def _sparse_rollout() -> RolloutBatch:
+    """A sparse-reward PPO rollout, one episode per row (auto_reset off): "push the puck" fails in both its rows,
+    "open the drawer" succeeds in one of its two, "close the drawer" succeeds in both at the second decision."""
+    tasks = [
+        "push the puck",
+        "open the drawer",
+        "close the drawer",
+        "push the puck",
+        "open the drawer",
+        "close the drawer",
+    ]
+    g = torch.Generator().manual_seed(1)
+    rewards = torch.zeros(T, len(tasks), C)
+    terminated = torch.zeros(T, len(tasks), C, dtype=torch.bool)
+    truncated = torch.zeros(T, len(tasks), C, dtype=torch.bool)
+    for b, t in ((1, 3), (2, 1), (5, 1)):  # successes end their episode
+        rewards[t, b, C - 1] = 1.0
+        terminated[t, b, C - 1] = True
+    truncated[T - 1, [0, 3, 4], C - 1] = True
+    loss_mask = ~torch.cumsum((terminated | truncated).any(-1).int(), 0).roll(1, 0).bool()
+    loss_mask[0] = True
+    return RolloutBatch(
+        forward_inputs={},
+        logprobs=None,
+        values=torch.rand(T, len(tasks), generator=g),
+        rewards=rewards,
+        terminated=terminated,
+        truncated=truncated,
+        final_values=torch.zeros(T, len(tasks)),
+        loss_mask=loss_mask,
+        last_values=torch.zeros(len(tasks)),
+        task_ids=task_ids_of({"task_descriptions": tasks}),
+    )
+
+
+def _columns(batch: RolloutBatch, cols: list[int]) -> RolloutBatch:
+    return RolloutBatch(
+        forward_inputs={},
+        logprobs=None,
+        values=batch.values[:, cols],
+        rewards=batch.rewards[:, cols],
+        terminated=batch.terminated[:, cols],
+        truncated=batch.truncated[:, cols],
+        final_values=batch.final_values[:, cols],
+        loss_mask=batch.loss_mask[:, cols],
+        last_values=batch.last_values[cols],
+        task_ids=batch.task_ids[cols],
+    )
+
+
+@pytest.mark.parametrize("upper, kept", [(1.0, [1, 2, 4, 5]), (0.9, [1, 4])])
+def test_filter_rewards_leaves_tasks_without_outcome_contrast_out_of_the_policy_loss(
+    upper: float, kept: list[int]
+) -> None:
+    """PPO's `filter_rewards`: a task whose mean first-episode score (gamma-discounted) is outside the bounds gets
+    zero advantages; the others get exactly what a rollout of only their rows would give (their tasks centred, one
+    std over them); the critic's targets and the loss mask stay those of the whole rollout."""
+    batch = _sparse_rollout()
+    algo = AlgorithmSection(
+        per_task_advantages="center", filter_rewards=True, rewards_lower_bound=0.1, rewards_upper_bound=upper
+    )
+    out = compute_advantages(batch, algo)
+    plain = compute_advantages(batch, AlgorithmSection(per_task_advantages="center"))
+    dropped = [b for b in range(B) if b not in kept]
+    assert bool((out.advantages[:, dropped] == 0).all())
+    alone = compute_advantages(_columns(batch, kept), AlgorithmSection(per_task_advantages="center"))
+    assert torch.allclose(out.advantages[:, kept], alone.advantages, atol=1e-6)
+    assert not torch.allclose(out.advantages[:, kept], plain.advantages[:, kept], atol=1e-3)
+    assert torch.equal(out.returns, plain.returns) and torch.equal(out.loss_mask, plain.loss_mask)
+    assert out.stats["rollout/kept_group_fraction"] == pytest.approx(len(kept) / B)
+    # "close the drawer" scores 0.99 (success at the second decision), "open the drawer" 0.99**3 / 2 + 0
+    assert out.stats["rollout/scores_mean"] == pytest.approx((2 * 0.99 + 0.99**3) / B)

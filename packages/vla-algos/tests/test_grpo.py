@@ -12,6 +12,7 @@ from vla_algos import (
     first_episode_mask,
     first_episode_scores,
     group_reward_filter,
+    labelled_reward_filter,
 )
 
 
@@ -93,6 +94,47 @@ def test_filter_bounds_are_inclusive_and_ordered():
     assert not group_reward_filter(scores, group_size=2, lower=0.6, upper=1.9).any()
     with pytest.raises(ValueError, match=r"`lower` \(2\.0\) must be <= `upper` \(1\.0\)"):
         group_reward_filter(scores, group_size=2, lower=2.0, upper=1.0)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 10_000))
+def test_labelled_filter_agrees_with_the_positional_one(group_size: int, seed: int):
+    """Labels that number consecutive runs of `group_size` give the positional filter's mask, in any order."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randint(0, 2, (4 * group_size,), generator=g).float()
+    labels = torch.arange(4).repeat_interleave(group_size)
+    perm = torch.randperm(len(scores), generator=g)
+    expected = group_reward_filter(scores, group_size=group_size, lower=0.1, upper=0.9)
+    got = labelled_reward_filter(scores[perm], labels[perm], 4, lower=0.1, upper=0.9)
+    assert torch.equal(got, expected[perm])
+
+
+def test_labelled_filter_over_two_processes_uses_every_trajectory():
+    """With `all_reduce` a group's mean is over both halves: each half alone would keep label 0's one success."""
+    scores = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+    labels = torch.tensor([0, 1, 0, 0, 1, 0])
+    halves = [(scores[:3], labels[:3]), (scores[3:], labels[3:])]
+    total = sum(
+        torch.stack(
+            [
+                torch.zeros(2, dtype=torch.float64).index_add_(0, lab, sc.double()),
+                torch.zeros(2, dtype=torch.float64).index_add_(0, lab, torch.ones(3, dtype=torch.float64)),
+            ]
+        )
+        for sc, lab in halves
+    )
+    keeps = [
+        labelled_reward_filter(sc, lab, 2, lower=0.3, upper=1.0, all_reduce=lambda t: total)
+        for sc, lab in halves
+    ]
+    assert not torch.cat(keeps).any()  # label 0: mean 1/4 < 0.3; label 1: mean 0
+    assert labelled_reward_filter(scores[:3], labels[:3], 2, lower=0.3, upper=1.0).tolist() == [
+        True,
+        False,
+        True,
+    ]
+    with pytest.raises(ValueError, match=r"`groups` must lie in \[0, num_groups=2\)"):
+        labelled_reward_filter(scores, labels + 1, 2, lower=0.0, upper=1.0)
 
 
 def test_first_episode_mask_and_scores():

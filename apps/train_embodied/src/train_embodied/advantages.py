@@ -20,8 +20,10 @@ from train_embodied.config.sections import AlgorithmSection
 from train_embodied.rollout import RolloutBatch
 from vla_algos import (
     chunk_done,
+    first_episode_scores,
     get_advantage_estimator,
     get_loss_agg_mode,
+    labelled_reward_filter,
     normalize_advantages,
     rollout_action_mask,
 )
@@ -83,9 +85,26 @@ def compute_advantages(
     groups, num_groups = (None, None)
     if algo.per_task_advantages != "none":
         groups, num_groups = task_groups if task_groups is not None else _task_groups(batch, algo)
+    # PPO's filter_rewards (per_task_advantages set, checked by the config): a task whose episodes in this rollout
+    # all failed (or all succeeded) leaves the policy alone; its rows still train the critic (loss_mask unchanged)
+    keep_rows = None
+    if algo.filter_rewards and not estimator.grouped_starts and groups is not None and num_groups is not None:
+        scores = first_episode_scores(
+            batch.rewards.sum(-1), chunk_done(batch.terminated, batch.truncated), gamma=algo.gamma
+        )
+        keep_rows = labelled_reward_filter(
+            scores,
+            groups,
+            num_groups,
+            lower=algo.rewards_lower_bound,
+            upper=algo.rewards_upper_bound,
+            all_reduce=all_reduce,
+        )
+        stats["rollout/kept_group_fraction"] = float(keep_rows.float().mean())
+        stats["rollout/scores_mean"] = float(scores.mean())
     advantages = normalize_advantages(
         est.advantages,
-        loss_mask,
+        loss_mask if keep_rows is None else loss_mask & keep_rows[None, :],
         action_mask,
         whiten=algo.normalize_advantages,
         all_reduce=all_reduce,
@@ -93,6 +112,8 @@ def compute_advantages(
         num_groups=num_groups,
         group_mode="whiten" if algo.per_task_advantages == "none" else algo.per_task_advantages,
     )
+    if keep_rows is not None:
+        advantages = advantages * keep_rows.view((1, -1) + (1,) * (advantages.ndim - 2)).to(advantages.dtype)
     sel_mask = loss_mask if advantages.ndim == 2 else loss_mask[..., None] & action_mask
     sel = advantages[sel_mask] if sel_mask.any() else advantages.reshape(-1)[:1] * 0
     stats.update(

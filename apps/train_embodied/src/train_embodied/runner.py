@@ -342,7 +342,8 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 print(
                     f"[rl] iteration {epoch + 1}: every group's mean score was outside "
                     f"[{algo.rewards_lower_bound}, {algo.rewards_upper_bound}] (mean score {mean_score:.3g}), so the "
-                    "update trained on nothing (algorithm.filter_rewards drops all-fail and all-success groups). "
+                    "policy trained on nothing (algorithm.filter_rewards drops all-fail and all-success groups; with "
+                    "adv_type gae a group is the rows of one task). "
                     "Scores on another scale (env reward_mode=dense, reward_coef) need algorithm.rewards_lower_bound "
                     "/ rewards_upper_bound on that scale, or algorithm.filter_rewards=false. Shown once per run."
                 )

@@ -34,6 +34,7 @@ from vla_algos.grpo import (
     first_episode_mask,
     first_episode_scores,
     group_reward_filter,
+    labelled_reward_filter,
 )
 from vla_algos.kl import KL_KINDS, kl_penalty
 from vla_algos.masked import masked_group_whiten, masked_mean, masked_sum, masked_var, masked_whiten
@@ -90,6 +91,7 @@ __all__ = [
     "group_reward_filter",
     "grpo_estimator",
     "kl_penalty",
+    "labelled_reward_filter",
     "masked_group_whiten",
     "masked_mean",
     "masked_sum",

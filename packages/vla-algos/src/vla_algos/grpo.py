@@ -6,6 +6,8 @@ reset to the same initial state (``reset_state_ids`` repeated ``group_size`` tim
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from vla_algos._checks import check_bool, check_finite, check_float, check_same_shape
@@ -91,6 +93,53 @@ def group_reward_filter(scores: torch.Tensor, *, group_size: int, lower: float, 
     means = groups.mean(dim=1, keepdim=True)
     keep = (means >= lower) & (means <= upper)
     return keep.expand_as(groups).reshape(-1)
+
+
+def labelled_reward_filter(
+    scores: torch.Tensor,
+    groups: torch.Tensor,
+    num_groups: int,
+    *,
+    lower: float,
+    upper: float,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Keep mask of entries whose group's mean score lies in ``[lower, upper]`` (inclusive), the groups given by a
+    label per entry instead of by position: :func:`group_reward_filter` for groups such as "the episodes of one
+    task in this rollout" (PPO's ``filter_rewards`` with ``per_task_advantages``), where a group whose episodes all
+    failed carries no outcome contrast and its advantages are only the critic's noise.
+
+    Args:
+        scores: ``[N]`` float, one score per trajectory.
+        groups: int64 ``[N]`` in ``[0, num_groups)``: the group of each trajectory.
+        num_groups: how many groups there are (on every process, when ``all_reduce`` is given).
+        lower: smallest kept group mean.
+        upper: largest kept group mean (>= ``lower``).
+        all_reduce: the trajectories are spread over data-parallel processes: sums a tensor over them, so a
+            group's mean is that of all its trajectories.
+
+    Returns:
+        ``[N]`` bool. A group without an entry anywhere is not kept (there is nothing to keep).
+    """
+    fn = "labelled_reward_filter"
+    check_float(fn, "scores", scores)
+    if scores.ndim != 1 or groups.shape != scores.shape:
+        raise ValueError(
+            f"{fn}: `scores` and `groups` must both have shape [N], got {tuple(scores.shape)} and {tuple(groups.shape)}"
+        )
+    if groups.numel() and (int(groups.min()) < 0 or int(groups.max()) >= num_groups):
+        raise ValueError(f"{fn}: `groups` must lie in [0, num_groups={num_groups})")
+    if not lower <= upper:
+        raise ValueError(f"{fn}: `lower` ({lower!r}) must be <= `upper` ({upper!r})")
+    idx = groups.to(device=scores.device, dtype=torch.long)
+    sums = torch.zeros(2, num_groups, dtype=torch.float64, device=scores.device)
+    sums[0].index_add_(0, idx, scores.double())
+    sums[1].index_add_(0, idx, torch.ones_like(scores, dtype=torch.float64))
+    if all_reduce is not None:
+        sums = all_reduce(sums)
+    means = sums[0] / sums[1].clamp_min(1.0)
+    keep = (sums[1] > 0) & (means >= lower) & (means <= upper)
+    return keep[idx]
 
 
 def first_episode_mask(done: torch.Tensor) -> torch.Tensor:

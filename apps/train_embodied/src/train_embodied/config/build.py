@@ -230,6 +230,12 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
                 "env.train.auto_reset=True is invalid with algorithm.adv_type='grpo': a group score is one "
                 "episode per env (set env.train.auto_reset=false)"
             )
+    if algo.adv_type == "gae" and algo.filter_rewards and tc.env_train.auto_reset:
+        errors.append(
+            "env.train.auto_reset=True is invalid with algorithm.filter_rewards=true and algorithm.adv_type='gae': "
+            "a task's score is the mean of its env rows' first-episode scores, one episode per env "
+            "(set env.train.auto_reset=false)"
+        )
     stages = tc.rollout.pipeline_stage_num
     per_stage = tc.env_train.num_envs // stages
     if tc.env_train.num_envs % stages != 0 or (algo.adv_type == "grpo" and per_stage % algo.group_size != 0):

@@ -208,11 +208,13 @@ class AlgorithmSection:
                 f"{prefix}.group_size={self.group_size!r} is invalid: GRPO needs groups of >= 2 envs"
             )
         errors += one_of(f"{prefix}.per_task_advantages", self.per_task_advantages, PER_TASK_ADVANTAGES)
-        if self.adv_type == "gae" and self.filter_rewards:
+        if self.adv_type == "gae" and self.filter_rewards and self.per_task_advantages == "none":
             errors.append(
-                f"{prefix}.filter_rewards=True is invalid with {prefix}.adv_type='gae': the filter drops whole "
-                f"groups of same-start envs by their mean score, which only GRPO forms (set it to false, or "
-                f"{prefix}.adv_type=grpo)"
+                f"{prefix}.filter_rewards=True is invalid with {prefix}.adv_type='gae' and "
+                f"{prefix}.per_task_advantages='none': with GAE the filter leaves out of the policy loss the tasks "
+                f"whose mean episode score in a rollout is outside [{prefix}.rewards_lower_bound, "
+                f"{prefix}.rewards_upper_bound], which needs the rows grouped by task (set {prefix}.per_task_advantages "
+                f"to center or whiten, or {prefix}.filter_rewards=false)"
             )
         if self.adv_type == "gae" and self.loss_type != "actor_critic":
             errors.append(

@@ -57,7 +57,11 @@ def rollout(tasks, lo, hi):
         last_values=torch.randn(b, generator=g),
         task_ids=task_ids_of({"task_descriptions": tasks}),
     )
-    cols = slice(lo, hi)
+    return columns(batch, slice(lo, hi))
+
+
+def columns(batch, cols):
+    """The rows `cols` (a slice or a list of indices) of a rollout."""
     return RolloutBatch(
         forward_inputs={},
         logprobs=None,
@@ -254,28 +258,15 @@ def _sparse_rollout() -> RolloutBatch:
     )
 
 
-def _columns(batch: RolloutBatch, cols: list[int]) -> RolloutBatch:
-    return RolloutBatch(
-        forward_inputs={},
-        logprobs=None,
-        values=batch.values[:, cols],
-        rewards=batch.rewards[:, cols],
-        terminated=batch.terminated[:, cols],
-        truncated=batch.truncated[:, cols],
-        final_values=batch.final_values[:, cols],
-        loss_mask=batch.loss_mask[:, cols],
-        last_values=batch.last_values[cols],
-        task_ids=batch.task_ids[cols],
-    )
-
-
 @pytest.mark.parametrize("upper, kept", [(1.0, [1, 2, 4, 5]), (0.9, [1, 4])])
 def test_filter_rewards_leaves_tasks_without_outcome_contrast_out_of_the_policy_loss(
-    upper: float, kept: list[int]
+    upper: float, kept: list[int], fixture_dir: Path
 ) -> None:
     """PPO's `filter_rewards`: a task whose mean first-episode score (gamma-discounted) is outside the bounds gets
     zero advantages; the others get exactly what a rollout of only their rows would give (their tasks centred, one
     std over them); the critic's targets and the loss mask stay those of the whole rollout."""
+    from rollout_fixture import columns
+
     batch = _sparse_rollout()
     algo = AlgorithmSection(
         per_task_advantages="center", filter_rewards=True, rewards_lower_bound=0.1, rewards_upper_bound=upper
@@ -284,7 +275,7 @@ def test_filter_rewards_leaves_tasks_without_outcome_contrast_out_of_the_policy_
     plain = compute_advantages(batch, AlgorithmSection(per_task_advantages="center"))
     dropped = [b for b in range(B) if b not in kept]
     assert bool((out.advantages[:, dropped] == 0).all())
-    alone = compute_advantages(_columns(batch, kept), AlgorithmSection(per_task_advantages="center"))
+    alone = compute_advantages(columns(batch, kept), AlgorithmSection(per_task_advantages="center"))
     assert torch.allclose(out.advantages[:, kept], alone.advantages, atol=1e-6)
     assert not torch.allclose(out.advantages[:, kept], plain.advantages[:, kept], atol=1e-3)
     assert torch.equal(out.returns, plain.returns) and torch.equal(out.loss_mask, plain.loss_mask)

@@ -9,7 +9,7 @@ import torch
 from train_embodied import seeds
 from train_embodied.config import load_train_config
 from train_embodied.evaluation import episode_tasks, eval_table_metrics, held_out_reset_ids
-from train_embodied.runner import eval_tables_text, group_reset_ids
+from train_embodied.runner import eval_tables_text, group_reset_ids, train_reset_ids
 from train_embodied.seeds import stream_seed
 from train_embodied.sft import task_balanced_indices
 from vla_envs.evaluation import evaluation_table, task_grouping
@@ -50,6 +50,26 @@ def test_single_task_group_starts_are_the_plain_draw() -> None:
         rng.integers(0, tc.env_train.num_trials_per_task, size=tc.env_train.num_envs // g), g
     )
     np.testing.assert_array_equal(group_reset_ids(tc, 1, 3), expected)
+
+
+def test_fixed_reset_groups_share_task_and_trial_on_mt10() -> None:
+    """PPO's starts with `env.train.use_fixed_reset_state_ids`: the rows of a group share the group's first start,
+    task included, as the env's own draw does (`vla_envs` repeats a group's first reset id); without it every row
+    keeps its task (row % 10) and draws its own trial."""
+    fixed = load_train_config(
+        "metaworld_mt10_ppo_tiny_cpu",
+        ["env.train.use_fixed_reset_state_ids=true", "env.train.group_size=4"],
+        check_paths=False,
+    )
+    trials = fixed.env_train.num_trials_per_task
+    groups = train_reset_ids(fixed, len(MT10_TASKS), 2).reshape(-1, 4)
+    assert (groups == groups[:, :1]).all()
+    assert (groups[:, 0] // trials).tolist() == [
+        (4 * k) % 10 for k in range(10)
+    ]  # the group's first row's task
+    plain = load_train_config("metaworld_mt10_ppo_tiny_cpu", [], check_paths=False)
+    ids = train_reset_ids(plain, len(MT10_TASKS), 2)
+    assert (ids // trials).tolist() == [b % 10 for b in range(40)] and len(set((ids % trials).tolist())) > 30
 
 
 def test_eval_metrics_and_tables_of_a_held_out_mt10_evaluation() -> None:

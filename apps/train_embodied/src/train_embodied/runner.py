@@ -102,13 +102,14 @@ def train_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
     """Reset ids [num_envs] of a rollout without grouped starts: env row b keeps its task (b % num_tasks, as the
     env assigns it) and draws a trial from one generator for the whole batch, so a row's start does not depend on
     how the rows are split over env ranks and pipeline stages. With `env.train.use_fixed_reset_state_ids` the rows
-    of a group of `env.train.group_size` share the group's first draw (as the env would)."""
+    of a group of `env.train.group_size` share the group's first start, its task and trial (as the env would)."""
     env = tc.env_train
     rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.TRAIN_RESET, *key))
     trials = rng.integers(0, env.num_trials_per_task, size=env.num_envs)
+    ids = (np.arange(env.num_envs) % num_tasks) * env.num_trials_per_task + trials
     if env.use_fixed_reset_state_ids:
-        trials = np.repeat(trials[:: env.group_size], env.group_size)
-    return (np.arange(env.num_envs) % num_tasks) * env.num_trials_per_task + trials
+        ids = np.repeat(ids[:: env.group_size], env.group_size)
+    return ids
 
 
 def run_eval(

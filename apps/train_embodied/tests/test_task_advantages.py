@@ -31,7 +31,17 @@ B = len(TASKS)
 BATCH_SRC = '''
 import torch
 
+from train_embodied.config.sections import AlgorithmSection
 from train_embodied.rollout import RolloutBatch, task_ids_of
+
+ALGOS = {
+    "center": AlgorithmSection(per_task_advantages="center"),
+    "whiten": AlgorithmSection(per_task_advantages="whiten"),
+    # task k's rows score about 5 + 10 k: "push the puck" (on rank 0 only) is left out on both ranks
+    "filter": AlgorithmSection(
+        per_task_advantages="center", filter_rewards=True, rewards_lower_bound=0.0, rewards_upper_bound=20.0
+    ),
+}
 
 
 def rollout(tasks, lo, hi):
@@ -81,28 +91,18 @@ import sys
 
 import torch
 
-from rollout_fixture import rollout
+from rollout_fixture import ALGOS, rollout
 from train_embodied.advantages import compute_advantages
-from train_embodied.config.sections import AlgorithmSection
 from train_embodied.sharding import all_reduce_sum, rank_task_groups
 from vla_infra.fsdp import spawn_local_group
 
 TASKS = {tasks!r}
-ALGOS = {{
-    "center": AlgorithmSection(per_task_advantages="center"),
-    "whiten": AlgorithmSection(per_task_advantages="whiten"),
-    # task k's rows score about 5 + 10 k: "push the puck" (on rank 0 only) is left out on both ranks
-    "filter": AlgorithmSection(
-        per_task_advantages="center", filter_rewards=True, rewards_lower_bound=0.0, rewards_upper_bound=20.0
-    ),
-}}
 ROWS = [(0, 4), (4, 6)]
 
 
 def run(rank, world_size, out):
     part = rollout(TASKS, *ROWS[rank])  # the task ids are computed in this process (another hash seed)
-    for mode in ("center", "whiten", "filter"):
-        algo = ALGOS[mode]
+    for mode, algo in ALGOS.items():
         groups = rank_task_groups(part.task_ids)
         adv = compute_advantages(part, algo, all_reduce=all_reduce_sum, task_groups=groups)
         torch.save(adv.advantages, f"{{out}}/{{mode}}{{rank}}.pt")
@@ -151,7 +151,7 @@ def test_each_task_is_whitened_by_its_own_statistics(fixture_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_two_ranks_whiten_each_task_over_both_ranks_rows(fixture_dir: Path) -> None:
-    from rollout_fixture import rollout
+    from rollout_fixture import ALGOS, rollout
 
     script = fixture_dir / "task_whiten_ranks.py"
     script.write_text(RANKS_SCRIPT.format(tasks=TASKS))
@@ -159,22 +159,12 @@ def test_two_ranks_whiten_each_task_over_both_ranks_rows(fixture_dir: Path) -> N
         [sys.executable, str(script), str(fixture_dir)], capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
-    algos = {
-        "center": AlgorithmSection(per_task_advantages="center"),
-        "whiten": AlgorithmSection(per_task_advantages="whiten"),
-        "filter": AlgorithmSection(
-            per_task_advantages="center",
-            filter_rewards=True,
-            rewards_lower_bound=0.0,
-            rewards_upper_bound=20.0,
-        ),
-    }
-    for mode, algo in algos.items():
+    for mode, algo in ALGOS.items():
         parts = [torch.load(fixture_dir / f"{mode}{r}.pt", weights_only=True) for r in (0, 1)]
         whole = compute_advantages(rollout(TASKS, 0, B), algo)
         assert torch.allclose(torch.cat(parts, dim=1), whole.advantages, atol=1e-5), mode
     # the filter left "push the puck" (row 3, rank 0's) out, and not the others
-    filtered = compute_advantages(rollout(TASKS, 0, B), algos["filter"]).advantages
+    filtered = compute_advantages(rollout(TASKS, 0, B), ALGOS["filter"]).advantages
     assert bool((filtered[:, 3] == 0).all()) and bool((filtered[:, [0, 1, 2, 4, 5]] != 0).any(dim=0).all())
 
 
@@ -280,5 +270,5 @@ def test_filter_rewards_leaves_tasks_without_outcome_contrast_out_of_the_policy_
     assert not torch.allclose(out.advantages[:, kept], plain.advantages[:, kept], atol=1e-3)
     assert torch.equal(out.returns, plain.returns) and torch.equal(out.loss_mask, plain.loss_mask)
     assert out.stats["rollout/kept_group_fraction"] == pytest.approx(len(kept) / B)
-    # "close the drawer" scores 0.99 (success at the second decision), "open the drawer" 0.99**3 / 2 + 0
+    # the rows' mean score: two successes at decision 1 (0.99 each), one at decision 3 (0.99**3), three failures
     assert out.stats["rollout/scores_mean"] == pytest.approx((2 * 0.99 + 0.99**3) / B)

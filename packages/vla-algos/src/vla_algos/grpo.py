@@ -107,7 +107,7 @@ def labelled_reward_filter(
     """Keep mask of entries whose group's mean score lies in ``[lower, upper]`` (inclusive), the groups given by a
     label per entry instead of by position: :func:`group_reward_filter` for groups such as "the episodes of one
     task in this rollout" (PPO's ``filter_rewards`` with ``per_task_advantages``), where a group whose episodes all
-    failed carries no outcome contrast and its advantages are only the critic's noise.
+    failed has no outcome contrast and its advantages come from the critic alone.
 
     Args:
         scores: ``[N]`` float, one score per trajectory.

@@ -272,3 +272,11 @@ def test_filter_rewards_leaves_tasks_without_outcome_contrast_out_of_the_policy_
     assert out.stats["rollout/kept_group_fraction"] == pytest.approx(len(kept) / B)
     # the rows' mean score: two successes at decision 1 (0.99 each), one at decision 3 (0.99**3), three failures
     assert out.stats["rollout/scores_mean"] == pytest.approx((2 * 0.99 + 0.99**3) / B)
+
+
+def test_filter_rewards_without_task_groups_is_refused_not_ignored() -> None:
+    """Built without the config's check, a PPO filter with no task groups fails by name instead of doing nothing."""
+    with pytest.raises(
+        ValueError, match=r"filter_rewards=True with algorithm\.adv_type='gae' needs the rows grouped"
+    ):
+        compute_advantages(_sparse_rollout(), AlgorithmSection(filter_rewards=True, rewards_lower_bound=0.1))

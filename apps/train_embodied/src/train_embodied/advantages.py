@@ -88,7 +88,12 @@ def compute_advantages(
     # PPO's filter_rewards (per_task_advantages set, checked by the config): a task whose episodes in this rollout
     # all failed (or all succeeded) leaves the policy alone; its rows still train the critic (loss_mask unchanged)
     keep_rows = None
-    if algo.filter_rewards and not estimator.grouped_starts and groups is not None and num_groups is not None:
+    if algo.filter_rewards and not estimator.grouped_starts:
+        if groups is None or num_groups is None:
+            raise ValueError(
+                f"algorithm.filter_rewards=True with algorithm.adv_type={algo.adv_type!r} needs the rows grouped by "
+                "task: set algorithm.per_task_advantages to center or whiten"
+            )
         scores = first_episode_scores(
             batch.rewards.sum(-1), chunk_done(batch.terminated, batch.truncated), gamma=algo.gamma
         )

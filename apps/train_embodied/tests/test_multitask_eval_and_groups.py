@@ -53,9 +53,9 @@ def test_single_task_group_starts_are_the_plain_draw() -> None:
 
 
 def test_fixed_reset_groups_share_task_and_trial_on_mt10() -> None:
-    """PPO's starts with `env.train.use_fixed_reset_state_ids`: the rows of a group share the group's first start,
-    task included, as the env's own draw does (`vla_envs` repeats a group's first reset id); without it every row
-    keeps its task (row % 10) and draws its own trial."""
+    """PPO's starts with `env.train.use_fixed_reset_state_ids`: the rows of a group share one start, task included,
+    and the 10 groups take the 10 tasks in turn, as the env's own draw does (`EnvConfig.row_tasks`); without it
+    every row keeps its task (row % 10) and draws its own trial."""
     fixed = load_train_config(
         "metaworld_mt10_ppo_tiny_cpu",
         ["env.train.use_fixed_reset_state_ids=true", "env.train.group_size=4"],
@@ -64,9 +64,10 @@ def test_fixed_reset_groups_share_task_and_trial_on_mt10() -> None:
     trials = fixed.env_train.num_trials_per_task
     groups = train_reset_ids(fixed, len(MT10_TASKS), 2).reshape(-1, 4)
     assert (groups == groups[:, :1]).all()
-    assert (groups[:, 0] // trials).tolist() == [
-        (4 * k) % 10 for k in range(10)
-    ]  # the group's first row's task
+    assert (groups[:, 0] // trials).tolist() == list(
+        range(10)
+    )  # every task one group (not rows 0, 4, 8, ...)
+    assert (groups[:, 0] // trials).tolist() == fixed.env_train.row_tasks(10)[::4].tolist()
     plain = load_train_config("metaworld_mt10_ppo_tiny_cpu", [], check_paths=False)
     ids = train_reset_ids(plain, len(MT10_TASKS), 2)
     assert (ids // trials).tolist() == [b % 10 for b in range(40)] and len(set((ids % trials).tolist())) > 30

@@ -99,14 +99,15 @@ def group_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
 
 
 def train_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
-    """Reset ids [num_envs] of a rollout without grouped starts: env row b keeps its task (b % num_tasks, as the
-    env assigns it) and draws a trial from one generator for the whole batch, so a row's start does not depend on
-    how the rows are split over env ranks and pipeline stages. With `env.train.use_fixed_reset_state_ids` the rows
-    of a group of `env.train.group_size` share the group's first start, its task and trial (as the env would)."""
+    """Reset ids [num_envs] of a rollout without grouped starts: env row b keeps its task (`EnvConfig.row_tasks`:
+    b % num_tasks, as the env assigns it) and draws a trial from one generator for the whole batch, so a row's
+    start does not depend on how the rows are split over env ranks and pipeline stages. With
+    `env.train.use_fixed_reset_state_ids` the rows of a group of `env.train.group_size` share one start, and the
+    groups take the tasks in turn (group k runs task k % num_tasks), as the env draws them."""
     env = tc.env_train
     rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.TRAIN_RESET, *key))
     trials = rng.integers(0, env.num_trials_per_task, size=env.num_envs)
-    ids = (np.arange(env.num_envs) % num_tasks) * env.num_trials_per_task + trials
+    ids = env.replace(first_row=0).row_tasks(num_tasks) * env.num_trials_per_task + trials
     if env.use_fixed_reset_state_ids:
         ids = np.repeat(ids[:: env.group_size], env.group_size)
     return ids

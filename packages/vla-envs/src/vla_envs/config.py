@@ -7,6 +7,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from vla_envs.registry import list_env_types
 
 REWARD_MODES = ("sparse", "dense")
@@ -79,7 +81,9 @@ class EnvConfig:
             `vla_envs.list_env_types()`.
         task: A single task name (`vla_envs.list_tasks(env_type)`). Exclusive with `task_set`.
         task_set: A named set of tasks of the adapter (e.g. MetaWorld's "MT10") or a list of task names.
-            Batch row `i` runs task `tasks[(first_row + i) % len(tasks)]` unless `reset_state_ids` say otherwise.
+            Batch row `i` runs task `tasks[(first_row + i) % len(tasks)]` unless `reset_state_ids` say otherwise;
+            with `use_fixed_reset_state_ids` a whole group shares one: `tasks[((first_row + i) // group_size) %
+            len(tasks)]`, so the groups take the tasks in turn (`row_tasks`).
         num_envs: Batch size B.
         first_row: Index of this batch's row 0 in a larger batch split over env ranks or pipeline stages, so
             the tasks go round the whole batch (every task trains even when a rank has fewer rows than tasks).
@@ -98,7 +102,7 @@ class EnvConfig:
         reward_mode: "sparse" (1.0 on a success step, else 0.0) or "dense" (the simulator's shaped reward).
         seed: Base seed; with it every reset is reproducible.
         use_fixed_reset_state_ids: On `reset()` without ids, rows of the same group (`group_size` consecutive
-            rows) get the same reset state (GRPO).
+            rows) get the same reset state (GRPO), task included.
         group_size: Rows per same-start group; must divide `num_envs`.
         num_trials_per_task: Distinct start states per task that `reset_state_id`s enumerate (ids run over
             `num_tasks * num_trials_per_task`).
@@ -157,6 +161,15 @@ class EnvConfig:
         if self.envs_per_worker == 0:
             return 0
         return -(-self.num_envs // self.envs_per_worker)
+
+    def row_tasks(self, num_tasks: int) -> np.ndarray:
+        """Task index [num_envs] of each batch row before any `reset_state_ids`: the tasks go round the rows of the
+        whole batch (`first_row`), or round its same-start groups with `use_fixed_reset_state_ids` (a group is one
+        task, and the groups take the tasks in turn so that every task gets groups)."""
+        rows = self.first_row + np.arange(self.num_envs)
+        if self.use_fixed_reset_state_ids:
+            rows = rows // self.group_size
+        return rows % num_tasks
 
     def validate(self) -> None:
         """Raise ValueError naming the key, the bad value and what is allowed."""

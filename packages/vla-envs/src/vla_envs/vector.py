@@ -77,7 +77,7 @@ class VectorEnv(BatchedEnv):
         self.restart_time_s = 0.0
         self._rng = np.random.default_rng(cfg.seed)
         # task index each row currently runs: the tasks go round the whole batch of all ranks / stages
-        self._row_task = (cfg.first_row + np.arange(self.num_envs)) % self.num_tasks
+        self._row_task = cfg.row_tasks(self.num_tasks)
         # each row's last reset id: a restarted worker's rows start again from it when auto_reset=False
         self._reset_ids = self._row_task.astype(np.int64) * cfg.num_trials_per_task
         # episode counters and held rows; the workers apply the autoreset to the observations

@@ -237,8 +237,9 @@ def build_libero_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list[Li
     tasks: list[LiberoTask] = spec.options["tasks"]
     opts: LiberoOptions = spec.options["opts"]
     sims = []
+    row_tasks = cfg.row_tasks(len(tasks))
     for row in rows:
         sim = LiberoSim(cfg, tasks, opts)
-        sim.task_env(tasks[row % len(tasks)])
+        sim.task_env(tasks[row_tasks[row]])
         sims.append(sim)
     return sims

@@ -175,8 +175,9 @@ class MetaWorldSim:
 def build_metaworld_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list[MetaWorldSim]:
     """Worker-side builder: one MetaWorldSim per row, pre-building the row's default task env."""
     sims = []
+    row_tasks = cfg.row_tasks(len(spec.tasks))
     for row in rows:
         sim = MetaWorldSim(cfg, spec.tasks, spec.options["goal_observable"])
-        sim._task_env(spec.tasks[row % len(spec.tasks)])
+        sim._task_env(spec.tasks[row_tasks[row]])
         sims.append(sim)
     return sims

@@ -26,6 +26,8 @@ def test_mt10_grpo_groups_are_one_task_each_and_cover_every_task() -> None:
         assert (groups == groups[:, :1]).all()  # a group shares one start, so one task
         # 10 groups: every task once per iteration, group k on task k (each row keeps its task and simulator)
         assert (groups[:, 0] // trials).tolist() == list(range(10))
+        # the env lays its rows out alike, so each row pre-builds the one task it runs (simulator memory)
+        np.testing.assert_array_equal(ids // trials, tc.env_train.row_tasks(10))
         draws.add(tuple(groups[:, 0] % trials))
     assert len(draws) == 5  # new trials every iteration
     # 3 groups of 4 for 10 tasks: the first task is drawn, so every task gets its share over iterations

@@ -181,3 +181,35 @@ def test_task_set_rows_and_hidden_goal() -> None:
         assert obs["task_descriptions"] == ["pick up the lid and place it on top of the box"] * 5
     finally:
         env.close()
+
+
+def test_hand_goal_states_carry_the_goal_of_each_task() -> None:
+    full = _env(task=None, task_set="MT10", num_envs=10, render=False)
+    small = _env(task=None, task_set="MT10", num_envs=10, render=False, extra={"states": "hand_goal"})
+    try:
+        ids = [task * full.num_reset_states // 10 + 7 for task in range(10)]
+        raw, obs = full.reset(reset_state_ids=ids), small.reset(reset_state_ids=ids)
+        assert obs["states"].shape == (10, 7) and raw["states"].shape == (10, 39)
+        np.testing.assert_array_equal(obs["states"][:, :4], raw["states"][:, :4])  # hand xyz, gripper
+        np.testing.assert_array_equal(obs["states"][:, 4:], raw["states"][:, 36:])  # goal xyz
+        goals = obs["states"][:, 4:]
+        assert np.all(np.abs(goals).sum(axis=1) > 0) and len(np.unique(goals, axis=0)) == 10
+        # reach: steering the hand by the goal in its states succeeds
+        reach = obs["task_descriptions"].index("reach the goal position")
+        state, done = obs["states"][reach], False
+        for _ in range(50):
+            action = np.zeros((10, 4), np.float32)
+            action[reach, :3] = np.clip((state[4:] - state[:3]) * 20, -1, 1)
+            res = small.step(action)
+            done = bool(res.terminated[reach, 0])
+            if done:
+                break
+            state = res.obs["states"][reach]
+        assert done and res.rewards[reach, 0] == 1.0
+    finally:
+        full.close()
+        small.close()
+    with pytest.raises(ValueError, match=r"extra\['states'\]='hand_goal' needs a goal-observable task set"):
+        _env(task=None, task_set="ML45-test", num_envs=5, render=False, extra={"states": "hand_goal"})
+    with pytest.raises(ValueError, match=r"extra\['states'\]='goal' is invalid .*\['full', 'hand_goal'\]"):
+        _env(extra={"states": "goal"})

@@ -24,8 +24,13 @@ def check_metaworld_installed() -> None:
 
 def metaworld_spec(cfg: EnvConfig) -> SimSpec:
     """Validate `cfg` for MetaWorld and describe the simulator (no simulator import)."""
-    resolve_options(cfg)
+    opts = resolve_options(cfg)
     tasks, goal_observable = resolve_tasks(cfg.task, cfg.task_set)
+    if opts.states == "hand_goal" and not goal_observable:
+        raise ValueError(
+            f"EnvConfig.extra['states']='hand_goal' needs a goal-observable task set (MT10, MT50, one task); "
+            f"task_set={cfg.task_set!r} hides the goal (its goal entries are zero): use extra['states']='full'"
+        )
     return SimSpec(
         builder="vla_envs.metaworld.sim:build_metaworld_sims",
         action_dim=4,

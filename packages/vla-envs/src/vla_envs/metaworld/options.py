@@ -12,7 +12,13 @@ CAMERAS = ("corner", "corner2", "corner3", "corner4", "topview", "behindGripper"
 DEFAULT_CAMERA = "corner2"
 MAX_IMAGE_SIDE = 1024
 #: `EnvConfig.extra` keys MetaWorld reads.
-EXTRA_KEYS = ("task_cache_size", "hide_far_meshes")
+EXTRA_KEYS = ("task_cache_size", "hide_far_meshes", "states")
+#: What `states` holds (`extra['states']`). MetaWorld's observation is 39-D: hand xyz [0:3], gripper opening [3],
+#: the objects' poses now [4:18] and one control step earlier [18:36], the goal xyz [36:39] (zero where the task
+#: set hides the goal).
+STATE_MODES = ("full", "hand_goal")
+#: `hand_goal` picks these entries of the 39-D observation: hand xyz, gripper opening, goal xyz (7-D).
+HAND_GOAL_INDICES = (0, 1, 2, 3, 36, 37, 38)
 
 
 @dataclass(frozen=True)
@@ -25,12 +31,16 @@ class MetaWorldOptions:
         hide_far_meshes: Hide the robot base/pedestal/head meshes (`extra['hide_far_meshes']`; about 2x faster
             renders on llvmpipe; the arm and the scene are unchanged).
         task_cache_size: Simulators of distinct tasks kept alive per batch row (`extra['task_cache_size']`).
+        states: `extra['states']`, one of `STATE_MODES`: "full" (MetaWorld's 39-D observation) or "hand_goal"
+            (7-D: hand xyz, gripper opening, goal xyz; the goal is what tells a reach or push target apart, and it
+            is not drawn in the image).
     """
 
     camera: str = DEFAULT_CAMERA
     wrist_camera: str | None = None
     hide_far_meshes: bool = False
     task_cache_size: int = 4
+    states: str = "full"
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -60,6 +70,9 @@ def resolve_options(cfg: EnvConfig) -> MetaWorldOptions:
     cache = cfg.extra.get("task_cache_size", 4)
     if isinstance(cache, bool) or not isinstance(cache, int) or cache < 1:
         _fail("extra['task_cache_size']", cache, "an int >= 1")
+    states = cfg.extra.get("states", "full")
+    if states not in STATE_MODES:
+        _fail("extra['states']", states, f"one of {list(STATE_MODES)}")
     return MetaWorldOptions(
-        camera=camera, wrist_camera=cfg.wrist_camera, hide_far_meshes=hide, task_cache_size=cache
+        camera=camera, wrist_camera=cfg.wrist_camera, hide_far_meshes=hide, task_cache_size=cache, states=states
     )

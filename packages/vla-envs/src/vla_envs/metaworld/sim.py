@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
-from vla_envs.metaworld.options import MetaWorldOptions, resolve_options
+from vla_envs.metaworld.options import HAND_GOAL_INDICES, MetaWorldOptions, resolve_options
 from vla_envs.metaworld.tasks import TASK_DESCRIPTIONS
 from vla_envs.sim import ObsRow, SimSpec
 
@@ -134,6 +134,8 @@ class MetaWorldSim:
         wrist = None
         if te.wrist_renderer is not None and self.opts.wrist_camera is not None:
             wrist = te.render(te.wrist_renderer, self.opts.wrist_camera)[None]
+        if self.opts.states == "hand_goal":
+            state = state[list(HAND_GOAL_INDICES)]
         return {
             "images": image,
             "wrist_images": wrist,

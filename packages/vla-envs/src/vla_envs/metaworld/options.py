@@ -74,5 +74,9 @@ def resolve_options(cfg: EnvConfig) -> MetaWorldOptions:
     if states not in STATE_MODES:
         _fail("extra['states']", states, f"one of {list(STATE_MODES)}")
     return MetaWorldOptions(
-        camera=camera, wrist_camera=cfg.wrist_camera, hide_far_meshes=hide, task_cache_size=cache, states=states
+        camera=camera,
+        wrist_camera=cfg.wrist_camera,
+        hide_far_meshes=hide,
+        task_cache_size=cache,
+        states=states,
     )

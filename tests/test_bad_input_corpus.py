@@ -122,6 +122,12 @@ ENV_CASES = [
     ("camera", [CONFIG, "env.train.camera=top"], "env.train.camera='top' is not a MetaWorld camera"),
     ("extra-key", [CONFIG, "env.train.extra={foo: 1}"], "env.train.extra has unknown keys ['foo']"),
     ("num-envs", [CONFIG, "env.train.num_envs=0"], "env.train.num_envs=0 is invalid: must be >= 1"),
+    ("first-row", [CONFIG, "env.train.first_row=3"], "env.train.first_row=3 is invalid: the trainer sets"),
+    (
+        "metaworld-states",
+        [CONFIG, "+env.eval.extra.states=goal"],
+        "env.eval.extra['states']='goal' is invalid for env_type='metaworld': one of ['full', 'hand_goal']",
+    ),
     ("start-method", [CONFIG, "env.train.start_method=thread"], "env.train.start_method='thread' is invalid"),
     (
         "steps-type",

@@ -257,6 +257,11 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
                     f"{env.image_size!r} (the policy is built for the env's images)"
                 )
     for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
+        if env.first_row != 0:
+            errors.append(
+                f"{name}.first_row={env.first_row!r} is invalid: the trainer sets each env rank's and pipeline "
+                "stage's first row itself (leave it 0)"
+            )
         # (EnvConfig itself refuses a missing or unregistered env_type)
         errors += _check_task(env, name) or _check_adapter_settings(env, name)
     errors += _check_placement(tc.cluster)

@@ -5,9 +5,10 @@
 
 GRPO resets group k of `group_size` rows to one start of task k (`train_embodied.runner.group_reset_ids`). A
 simulator keeps every task env it has built, so a row whose pre-built task (`vla_envs.EnvConfig.row_tasks`) is not
-its group's holds two. The script builds the config's training env twice, with `env.train.use_fixed_reset_state_ids`
-false and true (the rows laid out in the groups), runs two GRPO resets and a few steps in each, and prints every
-worker's resident memory (VmRSS) and the ratio of the laid-out total to the other against the bound (`--bound`).
+its group's holds two. The script builds the config's training env twice, as the trainer builds it for GRPO (the
+rows laid out in the groups: `train_embodied.run_workers.train_env_configs`) and with the rows in row % num_tasks
+(`use_fixed_reset_state_ids` false), runs two GRPO resets and a few steps in each, and prints every worker's
+resident memory (VmRSS) and the ratio of the laid-out total to the other against the bound (`--bound`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import numpy as np
 
 from train_embodied.config import load_train_config
+from train_embodied.run_workers import train_env_configs
 from train_embodied.runner import group_reset_ids
 from vla_envs import make_env
 
@@ -31,7 +33,8 @@ def rss_mb(pid: int) -> float:
 
 def worker_memory(tc, fixed: bool) -> list[float]:
     """VmRSS (MB) of each env worker after two GRPO resets and three steps."""
-    env = make_env(tc.env_train.replace(use_fixed_reset_state_ids=fixed))
+    (cfg,) = train_env_configs(tc)  # one pipeline stage: the whole training env
+    env = make_env(cfg if fixed else cfg.replace(use_fixed_reset_state_ids=False))
     try:
         for iteration in range(2):
             env.reset(reset_state_ids=group_reset_ids(tc, env.num_tasks, iteration))
@@ -54,7 +57,7 @@ def main() -> None:
         raise SystemExit(f"{args.config}: env.train.envs_per_worker=0 runs no worker processes to measure")
     mb = {fixed: worker_memory(tc, fixed) for fixed in (False, True)}
     for fixed, values in mb.items():
-        layout = "groups (use_fixed_reset_state_ids=true)" if fixed else "row % num_tasks"
+        layout = "the groups (as the trainer builds it)" if fixed else "row % num_tasks"
         print(f"rows laid out in {layout}: env workers {', '.join(f'{v:.0f}' for v in values)} MB")
     ratio = sum(mb[True]) / sum(mb[False])
     print(f"ratio {ratio:.2f} (bound {args.bound}): {'pass' if ratio <= args.bound else 'FAIL'}")

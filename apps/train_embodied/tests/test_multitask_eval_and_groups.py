@@ -9,6 +9,7 @@ import torch
 from train_embodied import seeds
 from train_embodied.config import load_train_config
 from train_embodied.evaluation import episode_tasks, eval_table_metrics, held_out_reset_ids
+from train_embodied.run_workers import train_env_configs
 from train_embodied.runner import eval_tables_text, group_reset_ids, train_reset_ids
 from train_embodied.seeds import stream_seed
 from train_embodied.sft import task_balanced_indices
@@ -26,10 +27,17 @@ def test_mt10_grpo_groups_are_one_task_each_and_cover_every_task() -> None:
         assert (groups == groups[:, :1]).all()  # a group shares one start, so one task
         # 10 groups: every task once per iteration, group k on task k (each row keeps its task and simulator)
         assert (groups[:, 0] // trials).tolist() == list(range(10))
-        # the env lays its rows out alike, so each row pre-builds the one task it runs (simulator memory)
-        np.testing.assert_array_equal(ids // trials, tc.env_train.row_tasks(10))
         draws.add(tuple(groups[:, 0] % trials))
     assert len(draws) == 5  # new trials every iteration
+    # the training env lays its rows out alike, so each row pre-builds the one task it runs (simulator memory),
+    # whether or not the config sets env.train.use_fixed_reset_state_ids, and over pipeline stages too
+    ids = group_reset_ids(tc, 10, 0) // trials
+    for overrides in ([], ["env.train.use_fixed_reset_state_ids=false"], ["rollout.pipeline_stage_num=2"]):
+        grpo = load_train_config("metaworld_mt10_grpo_tiny_cpu", overrides, check_paths=False)
+        layout = np.concatenate([env.row_tasks(10) for env in train_env_configs(grpo)])
+        np.testing.assert_array_equal(layout, ids)
+    ppo = load_train_config("metaworld_mt10_ppo_tiny_cpu", [], check_paths=False)  # no grouped starts
+    np.testing.assert_array_equal(train_env_configs(ppo)[0].row_tasks(10), np.arange(40) % 10)
     # 3 groups of 4 for 10 tasks: the first task is drawn, so every task gets its share over iterations
     small = load_train_config(
         "metaworld_mt10_grpo_tiny_cpu",

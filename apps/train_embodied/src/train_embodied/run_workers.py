@@ -11,7 +11,28 @@ from typing import Any
 from train_embodied.config.build import TrainConfig
 from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
+from vla_algos import get_advantage_estimator
+from vla_envs import EnvConfig
 from vla_infra import StaleWeightsError, WorkerGroup, make_backend, resolve_placement, unit_bounds
+
+
+def train_env_configs(tc: TrainConfig) -> list[EnvConfig]:
+    """The training env of each pipeline stage: its share of `env.train.num_envs`, where its rows sit in the whole
+    batch (`first_row`) and its own seed. A grouped-start estimator (GRPO) resets each group of `group_size` rows
+    to one start, so one task: the env then lays its rows out in those groups (`use_fixed_reset_state_ids`), and
+    each row builds only the simulator of its group's task."""
+    stages = tc.rollout.pipeline_stage_num
+    per_stage = tc.env_train.num_envs // stages
+    grouped = get_advantage_estimator(tc.algorithm.adv_type).grouped_starts
+    return [
+        tc.env_train.replace(
+            num_envs=per_stage,
+            first_row=s * per_stage,
+            seed=stream_seed(tc.env_train.seed, ENV_STAGE, s),
+            use_fixed_reset_state_ids=tc.env_train.use_fixed_reset_state_ids or grouped,
+        )
+        for s in range(stages)
+    ]
 
 
 def start_ray(address: str | None) -> bool:
@@ -59,16 +80,9 @@ class RunWorkers:
         self.max_restarts = cluster.max_worker_restarts if cluster.backend == "ray" else 0
         self.groups: list[WorkerGroup] = []
         env_pl = self.placement["env"]
-        stages = tc.rollout.pipeline_stage_num
         self.env_train: list[WorkerGroup] = []
         if need_train:
-            per_stage = tc.env_train.num_envs // stages
-            for s in range(stages):
-                cfg = tc.env_train.replace(
-                    num_envs=per_stage,
-                    first_row=s * per_stage,
-                    seed=stream_seed(tc.env_train.seed, ENV_STAGE, s),
-                )
+            for s, cfg in enumerate(train_env_configs(tc)):
                 self.env_train.append(
                     self._group(EnvWorker, env_pl, f"env_train_{s}", self.max_restarts, env_cfg=cfg)
                 )

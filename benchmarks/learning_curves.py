@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -160,7 +161,7 @@ def plot(found: dict[str, list[dict]], out: Path, title: str) -> Path | None:
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(title)
+    fig.suptitle(textwrap.fill(title, width=int(11 * 6 * len(found))))  # about 11 characters per inch
     png = out / "learning_curves.png"
     fig.tight_layout()
     fig.savefig(png, dpi=120)

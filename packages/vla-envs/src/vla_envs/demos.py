@@ -11,7 +11,7 @@ On-disk format (a directory):
     shard_00000.safetensors   step arrays, concatenated episode after episode:
         images uint8 [N, H, W, 3]        observation before the action (upright)
         wrist_images uint8 [N, K, H, W, 3]  only when a wrist camera was asked for
-        states float32 [N, 39]           observation before the action
+        states float32 [N, 39]           observation before the action ([N, 7] with extra.states hand_goal)
         actions float32 [N, 4]           expert action in [-1, 1], held for `action_repeat` sim steps
         rewards float32 [N]              reward in the configured reward mode
         successes uint8 [N]              1 where the task was solved after this action

@@ -12,7 +12,7 @@ CAMERAS = ("corner", "corner2", "corner3", "corner4", "topview", "behindGripper"
 DEFAULT_CAMERA = "corner2"
 MAX_IMAGE_SIDE = 1024
 #: `EnvConfig.extra` keys MetaWorld reads.
-EXTRA_KEYS = ("task_cache_size", "hide_far_meshes", "states")
+EXTRA_KEYS = ("task_cache_size", "hide_far_meshes", "states", "progress_reward")
 #: What `states` holds (`extra['states']`). MetaWorld's observation is 39-D: hand xyz [0:3], gripper opening [3],
 #: the objects' poses now [4:18] and one control step earlier [18:36], the goal xyz [36:39] (zero where the task
 #: set hides the goal).
@@ -34,6 +34,11 @@ class MetaWorldOptions:
         states: `extra['states']`, one of `STATE_MODES`: "full" (MetaWorld's 39-D observation) or "hand_goal"
             (7-D: hand xyz, gripper opening, goal xyz; the goal is what tells a reach or push target apart, and it
             is not drawn in the image).
+        progress_reward: `extra['progress_reward']`, a coefficient >= 0 (0: off). With `reward_mode='sparse'` each
+            decision's reward becomes its success (0 or 1) plus this coefficient times the change of the task's
+            progress, MetaWorld's shaped reward of the state scaled to [0, 1] (potential-based shaping: an
+            episode's progress terms sum to its last state's progress minus its first's, so lingering near the
+            goal earns nothing and an episode that ends in success is never worth less than one that does not).
     """
 
     camera: str = DEFAULT_CAMERA
@@ -41,6 +46,7 @@ class MetaWorldOptions:
     hide_far_meshes: bool = False
     task_cache_size: int = 4
     states: str = "full"
+    progress_reward: float = 0.0
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -73,10 +79,21 @@ def resolve_options(cfg: EnvConfig) -> MetaWorldOptions:
     states = cfg.extra.get("states", "full")
     if states not in STATE_MODES:
         _fail("extra['states']", states, f"one of {list(STATE_MODES)}")
+    progress = cfg.extra.get("progress_reward", 0.0)
+    if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not progress >= 0:
+        _fail("extra['progress_reward']", progress, "a number >= 0 (0: off)")
+    if progress > 0 and cfg.reward_mode != "sparse":
+        _fail(
+            "extra['progress_reward']",
+            progress,
+            f"0 with reward_mode={cfg.reward_mode!r}: it adds progress to the sparse success reward, "
+            "and reward_mode='dense' already is MetaWorld's shaped reward",
+        )
     return MetaWorldOptions(
         camera=camera,
         wrist_camera=cfg.wrist_camera,
         hide_far_meshes=hide,
         task_cache_size=cache,
         states=states,
+        progress_reward=float(progress),
     )

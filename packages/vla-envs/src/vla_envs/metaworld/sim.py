@@ -23,6 +23,8 @@ FLIPPED_CAMERAS = frozenset({"corner", "corner2", "corner3", "corner4"})
 FAR_MESHES = frozenset({"pedestal", "base", "head", "l0", "l1"})
 HIDDEN_GEOM_GROUP = 5
 STATE_DIM = 39
+#: MetaWorld's shaped reward lies in [0, 10] (10 once the task is solved): progress is that reward / 10.
+MAX_SHAPED_REWARD = 10.0
 
 
 def trial_rng(task: str, trial: int) -> np.random.Generator:
@@ -110,6 +112,7 @@ class MetaWorldSim:
         self.cache_size = self.opts.task_cache_size if cache_size is None else cache_size
         self._envs: OrderedDict[str, _TaskEnv] = OrderedDict()
         self._current: _TaskEnv | None = None
+        self._progress = 0.0  # the current state's progress in [0, 1] (extra['progress_reward'])
         self.raw_state: np.ndarray | None = (
             None  # float64 [39] as metaworld returns it (for scripted experts)
         )
@@ -151,6 +154,10 @@ class MetaWorldSim:
         env.np_random = trial_rng(te.task, trial)
         state, _ = env.reset()
         self.raw_state = state
+        if self.opts.progress_reward > 0:
+            # the start state's progress; no simulator step: evaluate_state only reads the state
+            shaped, _ = env.evaluate_state(state, np.zeros(4, dtype=np.float32))
+            self._progress = float(shaped) / MAX_SHAPED_REWARD
         return self._obs(state)
 
     def step(self, action: np.ndarray) -> tuple[ObsRow, float, bool, bool]:
@@ -165,7 +172,14 @@ class MetaWorldSim:
             if success and not self.cfg.ignore_terminations:
                 break  # the episode ends here; further repeats would be wasted
         self.raw_state = state
-        reward_out = float(success) if self.cfg.reward_mode == "sparse" else total
+        if self.cfg.reward_mode != "sparse":
+            reward_out = total
+        elif self.opts.progress_reward > 0:
+            progress = float(reward) / MAX_SHAPED_REWARD  # the last sim step's shaped reward: this state's
+            reward_out = float(success) + self.opts.progress_reward * (progress - self._progress)
+            self._progress = progress
+        else:
+            reward_out = float(success)
         return self._obs(state), reward_out, success, False
 
     def close(self) -> None:

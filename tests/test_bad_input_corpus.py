@@ -128,6 +128,11 @@ ENV_CASES = [
         [CONFIG, "+env.eval.extra.states=goal"],
         "env.eval.extra['states']='goal' is invalid for env_type='metaworld': one of ['full', 'hand_goal']",
     ),
+    (
+        "metaworld-progress-reward",
+        [CONFIG, "+env.train.extra.progress_reward=0.5", "env.train.reward_mode=dense"],
+        "env.train.extra['progress_reward']=0.5 is invalid for env_type='metaworld': 0 with reward_mode='dense'",
+    ),
     ("start-method", [CONFIG, "env.train.start_method=thread"], "env.train.start_method='thread' is invalid"),
     (
         "steps-type",

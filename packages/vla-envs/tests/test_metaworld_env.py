@@ -213,3 +213,47 @@ def test_hand_goal_states_carry_the_goal_of_each_task() -> None:
         _env(task=None, task_set="ML45-test", num_envs=5, render=False, extra={"states": "hand_goal"})
     with pytest.raises(ValueError, match=r"extra\['states'\]='goal' is invalid .*\['full', 'hand_goal'\]"):
         _env(extra={"states": "goal"})
+
+
+def test_progress_reward_is_the_change_of_the_simulators_shaped_reward() -> None:
+    # Oracle: with action_repeat 1, reward_mode 'dense' returns MetaWorld's shaped reward of each new state, so
+    # the progress term of decision t must equal coef * (dense[t] - dense[t-1]) / 10, on the same trajectory.
+    coef = 0.5
+    common = {"task": "drawer-open-v3", "action_repeat": 1, "max_episode_steps": 200, "auto_reset": False}
+    dense = _env(render=False, reward_mode="dense", **common)
+    progress = _env(render=False, extra={"progress_reward": coef}, **common)
+    try:
+        ids = [3, 11]
+        obs_d, obs_p = dense.reset(reset_state_ids=ids), progress.reset(reset_state_ids=ids)
+        np.testing.assert_array_equal(obs_d["states"], obs_p["states"])
+        shaped, total, ended = [], np.zeros(2), np.zeros(2, bool)
+        for _ in range(200):
+            actions = _expert_actions(obs_d["states"], "drawer-open-v3")
+            res_d, res_p = dense.step(actions), progress.step(actions)
+            # the start state's evaluation does not disturb the simulation: the same states step by step
+            np.testing.assert_array_equal(res_d.obs["states"], res_p.obs["states"])
+            live = ~ended
+            shaped.append(np.where(live, res_d.rewards[:, 0], np.nan))
+            total += np.where(live, res_p.rewards[:, 0], 0.0)
+            if len(shaped) > 1:
+                success = res_p.terminated[:, 0].astype(np.float64)
+                expected = success + coef * (shaped[-1] - shaped[-2]) / 10.0
+                np.testing.assert_allclose(res_p.rewards[live, 0], expected[live], rtol=1e-6, atol=1e-6)  # float32
+            ended |= res_p.terminated[:, 0]
+            if ended.all():
+                break
+            obs_d = res_d.obs
+        assert ended.all(), "the scripted expert opens the drawer"
+        # an episode's progress terms telescope: success + coef * (last progress - first progress)
+        last = np.array([s[~np.isnan(s)][-1] for s in np.stack(shaped, axis=1)])
+        start_progress = last / 10.0 - (total - 1.0) / coef
+        assert np.all((start_progress >= 0) & (start_progress < 0.3)) and np.all(total > 1.0 + coef * 0.5)
+    finally:
+        dense.close()
+        progress.close()
+    with pytest.raises(ValueError, match=r"extra\['progress_reward'\]=-1 is invalid .*a number >= 0"):
+        _env(extra={"progress_reward": -1})
+    with pytest.raises(ValueError, match=r"extra\['progress_reward'\]=True is invalid"):
+        _env(extra={"progress_reward": True})
+    with pytest.raises(ValueError, match=r"extra\['progress_reward'\]=0.5 is invalid .*reward_mode='dense'"):
+        _env(reward_mode="dense", extra={"progress_reward": 0.5})

@@ -238,7 +238,9 @@ def test_progress_reward_is_the_change_of_the_simulators_shaped_reward() -> None
             if len(shaped) > 1:
                 success = res_p.terminated[:, 0].astype(np.float64)
                 expected = success + coef * (shaped[-1] - shaped[-2]) / 10.0
-                np.testing.assert_allclose(res_p.rewards[live, 0], expected[live], rtol=1e-6, atol=1e-6)  # float32
+                np.testing.assert_allclose(
+                    res_p.rewards[live, 0], expected[live], rtol=1e-6, atol=1e-6
+                )  # float32
             ended |= res_p.terminated[:, 0]
             if ended.all():
                 break

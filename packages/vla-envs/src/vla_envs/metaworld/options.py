@@ -38,7 +38,8 @@ class MetaWorldOptions:
             decision's reward becomes its success (0 or 1) plus this coefficient times the change of the task's
             progress, MetaWorld's shaped reward of the state scaled to [0, 1] (potential-based shaping: an
             episode's progress terms sum to its last state's progress minus its first's, so lingering near the
-            goal earns nothing and an episode that ends in success is never worth less than one that does not).
+            goal earns nothing, and with a coefficient below 1 an episode that ends in success is worth more than
+            any that does not).
     """
 
     camera: str = DEFAULT_CAMERA

@@ -36,6 +36,9 @@ echo "[setup] installing the packages and the app (editable, extras: $EXTRAS)"
     -e "packages/vla-infra[wandb]" \
     -e "apps/train_embodied[plots]" \
     -r requirements-dev.txt
+# The reference framework's wheel, without its heavy run dependencies: its registered ManiSkill task family
+# (PutOnPlateInScene25*) for vla-envs[maniskill], and its algorithm functions as the parity oracle of the tests.
+"${PIP[@]}" --no-deps "rlinf==0.3.0"
 # Post-install fix-ups that a resolver cannot express (see packages/vla-envs/README.md).
 if [[ -f scripts/post_install.sh ]]; then VENV="$VENV" bash scripts/post_install.sh; fi
 echo "[setup] done: $("$VENV/bin/python" -c 'import torch, sys; print(sys.version.split()[0], "torch", torch.__version__)')"

@@ -32,7 +32,7 @@ def _save(root: Path, step: int) -> Path:
 
 
 def _state_file(ckpt: Path) -> Path:
-    return next(p for p in sorted((ckpt / "state").iterdir()) if p.suffix == ".distcp")
+    return ckpt / "state" / "rank0.safetensors"
 
 
 def test_manifest_records_a_checksum_of_every_file(tmp_path: Path) -> None:

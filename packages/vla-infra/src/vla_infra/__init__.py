@@ -89,6 +89,9 @@ _EXPORTS.update(
         "COMPLETE_MARKER": "vla_infra.checkpoint",
         "MANIFEST": "vla_infra.checkpoint",
         "checkpoint_problem": "vla_infra.checkpoint",
+        "checkpoint_tensor_shapes": "vla_infra.checkpoint",
+        "CheckpointError": "vla_infra.checkpoint",
+        "CheckpointSaveError": "vla_infra.checkpoint",
         # metric logging
         "MetricLogger": "vla_infra.logging",
         "StepTimer": "vla_infra.logging",

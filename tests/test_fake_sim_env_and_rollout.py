@@ -86,6 +86,7 @@ def test_a_crashed_worker_is_restarted_and_its_rows_end_their_episode() -> None:
         r = env.chunk_step(actions)
         assert env.worker_restarts == 1
         assert r.truncated[:2, 0].tolist() == [True, True] and r.final_mask[:2].all()
+        assert r.lost.tolist() == [True, True, False, False]  # ended by the crash, not finished
         assert r.final_obs["states"][:2].tolist() == [[2, 1], [3, 1]]  # the last obs seen before the crash
         assert r.obs["states"][:2, 1].tolist() == [0, 0]  # restarted rows begin new episodes
         assert r.obs["states"][2:].tolist() == [[2, 2], [3, 2]]  # the other worker stepped on
@@ -93,6 +94,7 @@ def test_a_crashed_worker_is_restarted_and_its_rows_end_their_episode() -> None:
         r = env.chunk_step(_zeros(c=1))
         # the replacement worker steps its rows like any other (no further restart or boundary)
         assert r.terminated[2, 0] and env.worker_restarts == 1 and not r.truncated[:2].any()
+        assert not r.lost.any()
     finally:
         env.close()
 
@@ -278,4 +280,34 @@ def test_a_simulator_dying_in_one_pipeline_stage_mid_rollout(tmp_path: Path) -> 
     ended = batch.truncated.any(-1)
     assert ended[0, :2].tolist() == [False, False] and int(ended[0, 2:].sum()) == 1
     assert not ended[1:].any() and not batch.terminated.any()
+    # the lost episode is not a finished one: no episode metrics (`env/success_once`) come from it
+    assert len(batch.episodes["success_once"]) == 0
     assert batch.rewards.shape == (2, 4, 2) and batch.env_steps == 2 * 4 * 2
+
+
+def test_a_simulator_dying_mid_evaluation_episode_is_scored_on_its_restart(tmp_path: Path) -> None:
+    """Held-out evaluation with a simulator process that dies in its first step: the lost episode is not scored
+    (as a dead Ray env actor's rows are not, `test_e2e_ray_worker_restart.py`); its row starts again from the same
+    held-out start and that episode is scored, so every start counts once, as it would without the crash."""
+    from train_embodied.evaluation import evaluate
+
+    fake.register()
+    (tmp_path / "die.0").touch()
+    cfg = _stage_cfg(
+        envs_per_worker=1, start_method="fork", worker_timeout_s=30.0, extra={"die_once_dir": str(tmp_path)}
+    )
+    with _stages_and_rollout([cfg]) as (stages, rollout):
+        # reset id 2 succeeds at its 3rd step: 2 decisions of 2 steps, or 3 when the first is lost
+        means, per_episode = evaluate(
+            stages[0],
+            rollout,
+            num_envs=2,
+            num_episodes=2,
+            reset_ids=np.array([2, 2]),
+            max_decisions=4,
+            mode="sample",
+        )
+        stats = stages[0].fault_stats()
+    assert not (tmp_path / "die.0").exists() and sum(r["lost_episodes"] for r in stats) == 1
+    assert per_episode["success_once"].tolist() == [1.0, 1.0]
+    assert means["num_trajectories"] == 2.0 and means["episode_len"] == 3.0

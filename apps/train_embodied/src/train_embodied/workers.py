@@ -120,8 +120,9 @@ class EnvWorker(Worker):
     def chunk_step(self, actions: np.ndarray) -> EnvStep:
         """Step actions [B, C, A] (split across ranks).
 
-        `lost_mask` bool [B] marks rows whose episode was lost with a dead worker process: on a replacement's
-        first step every row ends as truncated at chunk position 0 (no reward; `final_obs` is the replacement's
+        `lost_mask` bool [B] marks rows whose episode was lost with a dead process, one rule for both kinds: a
+        simulator subprocess of this rank (`StepResult.lost`; the env restarts it and the row starts again from its
+        reset) or this worker's own process: on a replacement's first step every row ends as truncated at chunk position 0 (no reward; `final_obs` is the replacement's
         start observation, as the last one died with the process) and starts again from the last reset. Those
         episodes are counted in `fault_stats()["lost_episodes"]`, not in the episode metrics."""
         if self._boundary_pending:
@@ -136,7 +137,7 @@ class EnvWorker(Worker):
             final_obs=res.final_obs,
             final_mask=res.final_mask,
             episode_metrics=res.episode_metrics,
-            lost_mask=np.zeros(len(res.final_mask), dtype=bool),
+            lost_mask=np.asarray(res.lost, dtype=bool),  # a simulator process of this rank died
         )
 
     def _lost_boundary(self, chunk: int) -> EnvStep:

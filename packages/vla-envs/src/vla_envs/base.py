@@ -56,6 +56,9 @@ class StepResult:
         episode_metrics: float32 [B] arrays `success_once`, `return`, `episode_len`, `reward`
             (mean step reward), valid where `final_mask`.
         infos: Extra per-call information (e.g. `worker_restarts`, `success` bool [B, C]).
+        lost: bool [B], True where the episode ended because its simulator process died (a subset of
+            `final_mask`; the row is reported truncated at chunk position 0 and starts again). A lost episode is
+            not a finished one: it never counts in success metrics or evaluation tables. None: no row lost.
     """
 
     obs: Obs
@@ -66,6 +69,11 @@ class StepResult:
     final_mask: np.ndarray
     episode_metrics: dict[str, np.ndarray]
     infos: dict[str, Any] = field(default_factory=dict)
+    lost: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.lost is None:
+            self.lost = np.zeros(len(self.final_mask), dtype=bool)
 
     @property
     def dones(self) -> np.ndarray:

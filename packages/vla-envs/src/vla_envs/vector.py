@@ -3,9 +3,9 @@
 Rows are split into consecutive slices of `envs_per_worker`; every call sends each worker its slice, so the
 workers step in parallel. A worker that dies or hangs is detected (EOF, dead pipe or `worker_timeout_s`),
 restarted and its envs reset; its rows come back as a clean episode boundary (`truncated[:, 0] = True`,
-`final_mask = True`, final obs = the last obs seen before the crash). A worker that dies at any moment (in a
-step, in a reset, or while its replacement is still building its simulators) is replaced again, with a
-backoff between attempts; `MAX_CONSECUTIVE_FAILURES` failures in a row for the same worker raise
+`final_mask = True`, `lost = True`, final obs = the last obs seen before the crash). A worker that dies at any
+moment (in a step, in a reset, or while its replacement is still building its simulators) is replaced again,
+with a backoff between attempts; `MAX_CONSECUTIVE_FAILURES` failures in a row for the same worker raise
 `SimulatorUnavailable` naming the simulator, the rows and the last error. `fault_stats()` counts restarts,
 episodes lost (the episodes in flight on a crashed worker, each ended as truncated) and seconds spent restarting.
 With auto_reset=False the restarted rows start again from their last `reset()` ids, and rows whose episode had
@@ -263,6 +263,7 @@ class VectorEnv(BatchedEnv):
             final_mask=ended,
             episode_metrics=metrics,
             infos={"success": success, **self.fault_stats()},
+            lost=ended & crashed,
         )
 
     def _record(

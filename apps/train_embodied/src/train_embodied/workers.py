@@ -122,9 +122,10 @@ class EnvWorker(Worker):
 
         `lost_mask` bool [B] marks rows whose episode was lost with a dead process, one rule for both kinds: a
         simulator subprocess of this rank (`StepResult.lost`; the env restarts it and the row starts again from its
-        reset) or this worker's own process: on a replacement's first step every row ends as truncated at chunk position 0 (no reward; `final_obs` is the replacement's
-        start observation, as the last one died with the process) and starts again from the last reset. Those
-        episodes are counted in `fault_stats()["lost_episodes"]`, not in the episode metrics."""
+        reset) or this worker's own process: on a replacement's first step every row ends as truncated at chunk
+        position 0 (no reward; `final_obs` is the replacement's start observation, as the last one died with the
+        process) and starts again from the last reset. Those episodes are counted in
+        `fault_stats()["lost_episodes"]`, not in the episode metrics."""
         if self._boundary_pending:
             return self._lost_boundary(int(actions.shape[1]))
         res = self.env.chunk_step(actions)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
+from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.observations import batch_obs, to_numpy_row
 from vla_envs.maniskill.options import ManiSkillOptions, resolve_options
 from vla_envs.maniskill.runtime import make_raw_env
@@ -79,8 +80,90 @@ class ManiSkillSim:
         self.env.close()
 
 
+class PutOnPlateSim:
+    """One env of the reference's PutOnPlateInScene25 family (see `vla_envs.maniskill.put_on_plate`).
+
+    Trial t of `reset_state_id` is the task's `episode_id` `put_on_plate.episode_ids(t)` (carrot, plate,
+    overlay, position and rotation); the reset seed is `reset_seed(cfg.seed, id)`.
+
+    Args:
+        cfg: The env config.
+        opts: Resolved options of a PutOnPlateInScene25 task.
+    """
+
+    def __init__(self, cfg: EnvConfig, opts: ManiSkillOptions) -> None:
+        import torch
+
+        torch.set_num_threads(1)
+        self.cfg = cfg
+        self.opts = opts
+        self.env = make_raw_env(opts.task, **opts.make_kwargs(num_envs=1))
+        self.base = self.env.unwrapped
+        self.total_num_trials = int(self.base.total_num_trials)
+        if cfg.num_trials_per_task > self.total_num_trials:
+            raise ValueError(
+                f"EnvConfig.num_trials_per_task={cfg.num_trials_per_task} is invalid for {opts.task} with "
+                f"obj_set={opts.obj_set!r}: it has {self.total_num_trials} episode ids; use at most that many"
+            )
+        self.instruction = ""
+        self._prev_reward = 0.0
+
+    def _obs(self, raw_obs: Any) -> ObsRow:
+        return {
+            "images": put_on_plate.frames(raw_obs, self.opts.image_hw)[0],
+            "wrist_images": None,
+            "states": self.base.agent.robot.get_qpos()[0].cpu().numpy().astype(np.float32),
+            "task_descriptions": self.instruction,
+        }
+
+    def reset(self, reset_state_id: int) -> ObsRow:
+        """Start the episode whose task episode_id belongs to this id's trial."""
+        import torch
+
+        trial = int(reset_state_id) % self.cfg.num_trials_per_task
+        episode = put_on_plate.episode_ids(
+            np.array([trial]), self.cfg.num_trials_per_task, self.total_num_trials
+        )
+        raw_obs, _ = self.base.reset(
+            seed=reset_seed(self.cfg.seed, reset_state_id), options={"episode_id": torch.as_tensor(episode)}
+        )
+        self.instruction = str(self.base.get_language_instruction()[0])
+        self._prev_reward = 0.0
+        return self._obs(raw_obs)
+
+    def step(self, action: np.ndarray) -> tuple[ObsRow, float, bool, bool]:
+        """Run `cfg.action_repeat` steps of the task's controller with `action` [7].
+
+        Returns:
+            (obs, reward summed over the repeats, the task's success in any repeat, False).
+        """
+        import torch
+
+        total = 0.0
+        success = False
+        raw_obs: Any = None
+        act = torch.as_tensor(np.asarray(action, dtype=np.float32)[None])
+        for _ in range(self.cfg.action_repeat):
+            raw_obs, _, _, _, info = self.base.step(act)
+            reward = float(put_on_plate.step_reward(info, self.opts.reward_mode)[0])
+            total += reward - self._prev_reward if self.opts.use_rel_reward else reward
+            self._prev_reward = reward
+            success |= bool(info["success"].reshape(-1)[0])
+            if success and not self.cfg.ignore_terminations:
+                break
+        return self._obs(raw_obs), total, success, False
+
+    def close(self) -> None:
+        """Close the ManiSkill env."""
+        self.env.close()
+
+
 def build_maniskill_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list[SimEnv]:
-    """`SimSpec.builder` entry point: one `ManiSkillSim` per row (runs inside a worker process)."""
+    """`SimSpec.builder` entry point: one `ManiSkillSim` (or `PutOnPlateSim`) per row, inside a worker."""
     os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
     opts = resolve_options(cfg)
+    if opts.put_on_plate:  # the asset folders the parent resolved (a forkserver's environment may be older)
+        roots = spec.options.get("asset_roots") or put_on_plate.asset_roots(opts.asset_dir)
+        put_on_plate.prepare_process(*roots)
+        return [PutOnPlateSim(cfg, opts) for _ in rows]
     return [ManiSkillSim(cfg, opts) for _ in rows]

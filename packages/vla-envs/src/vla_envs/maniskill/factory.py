@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 from vla_envs.base import BatchedEnv
 from vla_envs.config import EnvConfig
+from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.options import resolve_options
 from vla_envs.maniskill.runtime import VULKAN_HELP, ManiSkillUnavailableError, check_task
 from vla_envs.sim import SimSpec
@@ -26,7 +25,12 @@ def make_maniskill_env(cfg: EnvConfig) -> BatchedEnv:
         ImportError: mani-skill is not installed.
     """
     opts = resolve_options(cfg)
-    check_task(opts.task, robot_uids=opts.robot_uids, allow_unlisted=opts.task_description is not None)
+    check_task(
+        opts.task,
+        robot_uids=opts.robot_uids,
+        allow_unlisted=opts.task_description is not None,
+        asset_dir=opts.asset_dir,
+    )
     if opts.sim_backend == "gpu":
         import torch
 
@@ -37,18 +41,20 @@ def make_maniskill_env(cfg: EnvConfig) -> BatchedEnv:
             )
         from vla_envs.maniskill.gpu_env import ManiSkillGPUEnv
 
+        if opts.put_on_plate:
+            put_on_plate.prepare_process(*put_on_plate.asset_roots(opts.asset_dir))
+
         return ManiSkillGPUEnv(cfg, opts)
 
     from vla_envs.vector import VectorEnv
     from vla_envs.workers import WorkerError
 
+    low, high = opts.action_bounds
     spec = SimSpec(
-        builder=CPU_BUILDER,
-        action_dim=opts.action_dim,
-        action_low=-np.ones(opts.action_dim, dtype=np.float32),
-        action_high=np.ones(opts.action_dim, dtype=np.float32),
-        tasks=[opts.task],
+        builder=CPU_BUILDER, action_dim=opts.action_dim, action_low=low, action_high=high, tasks=[opts.task]
     )
+    if opts.put_on_plate:
+        spec.options["asset_roots"] = tuple(str(p) for p in put_on_plate.asset_roots(opts.asset_dir))
     try:
         return VectorEnv(cfg, spec)
     except WorkerError as exc:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vla_envs.config import EnvConfig, check_extra_keys
+from vla_envs.maniskill.put_on_plate import ACTION_HIGH, ACTION_LOW, CAMERA, OBJ_SETS, is_put_on_plate
 
 SIM_BACKENDS = ("cpu", "gpu")
 REWARD_MODES = ("sparse", "dense", "normalized_dense")
@@ -24,7 +25,12 @@ EXTRA_KEYS = (
     "task_description",
     "robot_uids",
     "env_kwargs",
+    "obj_set",
+    "use_rel_reward",
+    "asset_dir",
 )
+# Keys only the PutOnPlateInScene25 tasks read (see vla_envs.maniskill.put_on_plate).
+PUT_ON_PLATE_KEYS = ("obj_set", "use_rel_reward", "asset_dir")
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -49,6 +55,11 @@ class ManiSkillOptions:
         task_description: Instruction override (needed for a ManiSkill env not listed in `TASKS`).
         robot_uids: Robot override (None: the task default, or panda_wristcam when `wrist`).
         env_kwargs: More keyword arguments for `gym.make`.
+        obj_set: PutOnPlateInScene25 tasks: the objects/overlays/instructions drawn, "train", "test" (the
+            out-of-distribution set) or "all".
+        use_rel_reward: PutOnPlateInScene25 tasks: reward = change of the per-step reward since the last step.
+        asset_dir: PutOnPlateInScene25 tasks: the folder holding data/ and carrot/ (sets MS_ASSET_DIR and
+            MANISKILL_ASSET_DIR in the process that builds the env); None: the environment's variables.
     """
 
     task: str
@@ -63,11 +74,28 @@ class ManiSkillOptions:
     task_description: str | None = None
     robot_uids: str | None = None
     env_kwargs: dict[str, Any] = field(default_factory=dict)
+    obj_set: str = "train"
+    use_rel_reward: bool = True
+    asset_dir: str | None = None
+
+    @property
+    def put_on_plate(self) -> bool:
+        """The task is one of the reference's PutOnPlateInScene25 family (WidowX, its own controller)."""
+        return is_put_on_plate(self.task)
 
     @property
     def action_dim(self) -> int:
         """A."""
-        return CONTROL_MODES[self.control_mode]
+        return 7 if self.put_on_plate else CONTROL_MODES[self.control_mode]
+
+    @property
+    def action_bounds(self) -> tuple[Any, Any]:
+        """float32 [A] low and high of the action space."""
+        import numpy as np
+
+        if self.put_on_plate:
+            return ACTION_LOW.copy(), ACTION_HIGH.copy()
+        return -np.ones(self.action_dim, dtype=np.float32), np.ones(self.action_dim, dtype=np.float32)
 
     @property
     def obs_mode(self) -> str:
@@ -79,6 +107,17 @@ class ManiSkillOptions:
 
     def make_kwargs(self, num_envs: int) -> dict[str, Any]:
         """Keyword arguments for `gym.make(self.task, ...)`."""
+        if self.put_on_plate:  # the task's own sensor (640 x 480), controller and reward ("none")
+            return {
+                "num_envs": num_envs,
+                "obs_mode": "rgb+segmentation",
+                "reward_mode": "none",
+                "sim_backend": self.sim_backend,
+                "render_mode": None,
+                "sensor_configs": {"shader_pack": "default"},
+                "obj_set": self.obj_set,
+                **self.env_kwargs,
+            }
         h, w = self.image_hw
         kwargs: dict[str, Any] = {
             "num_envs": num_envs,
@@ -120,6 +159,15 @@ def resolve_options(cfg: EnvConfig) -> ManiSkillOptions:
     sim_backend = extra.get("sim_backend", "cpu")
     if sim_backend not in SIM_BACKENDS:
         _fail("extra['sim_backend']", sim_backend, f"one of {SIM_BACKENDS}")
+    if is_put_on_plate(task):
+        return _resolve_put_on_plate(cfg, task, extra, sim_backend)
+    for key in PUT_ON_PLATE_KEYS:
+        if key in extra:
+            _fail(
+                f"extra[{key!r}]",
+                extra[key],
+                f"only the PutOnPlateInScene25 tasks read it, not task={task!r}",
+            )
     control_mode = extra.get("control_mode", "pd_ee_delta_pose")
     if control_mode not in CONTROL_MODES:
         _fail("extra['control_mode']", control_mode, f"one of {sorted(CONTROL_MODES)}")
@@ -160,4 +208,65 @@ def resolve_options(cfg: EnvConfig) -> ManiSkillOptions:
         task_description=extra.get("task_description"),
         robot_uids=extra.get("robot_uids"),
         env_kwargs=dict(env_kwargs),
+    )
+
+
+def _resolve_put_on_plate(
+    cfg: EnvConfig, task: str, extra: dict[str, Any], sim_backend: str
+) -> ManiSkillOptions:
+    """Settings of the PutOnPlateInScene25 tasks: their own camera, robot, controller and reward."""
+    if extra.get("control_mode") is not None:
+        _fail(
+            "extra['control_mode']",
+            extra["control_mode"],
+            f"unset: {task} uses its own WidowX controller (7-D)",
+        )
+    for key in ("robot_uids", "task_description"):
+        if extra.get(key) is not None:
+            _fail(f"extra[{key!r}]", extra[key], f"unset: {task} sets its own robot and instruction")
+    reward_mode = extra.get("reward_mode", cfg.reward_mode)
+    if reward_mode not in ("sparse", "dense"):
+        _fail(
+            "extra['reward_mode']",
+            reward_mode,
+            "'sparse' (success) or 'dense' (the reference's grasp-shaped reward) for the PutOnPlateInScene25 tasks",
+        )
+    if extra.get("states", "proprio") != "proprio":
+        _fail("extra['states']", extra["states"], f"'proprio' (the WidowX joint positions) for {task}")
+    if cfg.camera not in (None, "", "default", CAMERA):
+        _fail("camera", cfg.camera, f"{CAMERA!r} (the task's only camera) or null")
+    if cfg.wrist_camera is not None:
+        _fail("wrist_camera", cfg.wrist_camera, f"null: {task} has no wrist camera")
+    if not cfg.render:
+        _fail("render", cfg.render, f"true: {task}'s observation is its rendered 3rd-view camera")
+    if cfg.action_repeat != 1 and sim_backend == "gpu":
+        _fail("action_repeat", cfg.action_repeat, "1 with sim_backend='gpu'")
+    obj_set = extra.get("obj_set", "train")
+    if obj_set not in OBJ_SETS:
+        _fail(
+            "extra['obj_set']", obj_set, f"one of {OBJ_SETS} (train objects, the held-out test set, or both)"
+        )
+    use_rel = extra.get("use_rel_reward", True)
+    if not isinstance(use_rel, bool):
+        _fail("extra['use_rel_reward']", use_rel, "true or false")
+    asset_dir = extra.get("asset_dir")
+    if asset_dir is not None and (not isinstance(asset_dir, str) or not asset_dir):
+        _fail("extra['asset_dir']", asset_dir, "a folder holding data/ and carrot/, or null")
+    env_kwargs = extra.get("env_kwargs", {})
+    if not isinstance(env_kwargs, dict):
+        _fail("extra['env_kwargs']", env_kwargs, "a dict of keyword arguments for gym.make")
+    return ManiSkillOptions(
+        task=task,
+        sim_backend=sim_backend,
+        control_mode="pd_ee_target_delta_pose",  # unused: the task's own controller is kept
+        reward_mode=reward_mode,
+        states="proprio",
+        camera=CAMERA,
+        wrist=False,
+        image_hw=cfg.image_hw,
+        render=True,
+        env_kwargs=dict(env_kwargs),
+        obj_set=obj_set,
+        use_rel_reward=use_rel,
+        asset_dir=asset_dir,
     )

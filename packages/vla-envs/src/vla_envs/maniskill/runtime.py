@@ -15,7 +15,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vla_envs.maniskill.tasks import NEEDS_DOWNLOAD, TASKS
+from vla_envs.maniskill import put_on_plate
+from vla_envs.maniskill.put_on_plate import is_put_on_plate
+from vla_envs.maniskill.tasks import TASKS
 
 INSTALL_HELP = "install it with `pip install 'vla-envs[maniskill]'` (mani-skill, plus numpy<2 for mplib)"
 
@@ -88,7 +90,9 @@ def _is_downloaded(source: Any) -> bool:
     return path.exists()
 
 
-def check_task(env_id: str, *, robot_uids: str | None = None, allow_unlisted: bool = False) -> None:
+def check_task(
+    env_id: str, *, robot_uids: str | None = None, allow_unlisted: bool = False, asset_dir: str | None = None
+) -> None:
     """Fail fast, with instructions, when `env_id` cannot run here.
 
     Args:
@@ -96,20 +100,21 @@ def check_task(env_id: str, *, robot_uids: str | None = None, allow_unlisted: bo
         robot_uids: Robot override (None: the task's default robot).
         allow_unlisted: Accept a registered ManiSkill env that is not in `TASKS` (the caller then supplies the
             instruction).
+        asset_dir: PutOnPlateInScene25 tasks: the asset folder (None: MS_ASSET_DIR / MANISKILL_ASSET_DIR).
 
     Raises:
         ValueError: unknown task (lists the supported ones).
-        ManiSkillAssetsMissingError: the assets are not downloaded.
+        ImportError: a PutOnPlateInScene25 task whose task code (the `rlinf` package) is not installed.
+        ManiSkillAssetsMissingError: the assets are not downloaded (or, for PutOnPlateInScene25, not found).
     """
+    if is_put_on_plate(env_id):
+        check_put_on_plate(env_id, asset_dir)
+        return
     import_maniskill()
     from mani_skill import ASSET_DIR
     from mani_skill.utils.registration import REGISTERED_ENVS
 
     supported = sorted(TASKS)
-    if env_id in NEEDS_DOWNLOAD:
-        raise ManiSkillAssetsMissingError(
-            f"ManiSkill task {env_id!r} {NEEDS_DOWNLOAD[env_id]}. Offline tasks: {supported}"
-        )
     if env_id not in REGISTERED_ENVS:
         raise ValueError(f"task={env_id!r} is not a registered ManiSkill env; supported tasks: {supported}")
     missing = _missing_assets(env_id, robot_uids)
@@ -126,6 +131,23 @@ def check_task(env_id: str, *, robot_uids: str | None = None, allow_unlisted: bo
             f"task={env_id!r} has no instruction in vla_envs.maniskill.TASKS; supported tasks: {supported} "
             "(or pass extra={'task_description': '...'} to use another registered ManiSkill env)"
         )
+
+
+def check_put_on_plate(env_id: str, asset_dir: str | None = None) -> None:
+    """The task code is installed, registers `env_id`, and the assets it opens are there (one-line errors)."""
+    import_maniskill()
+    put_on_plate.import_task_code()
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    if env_id not in REGISTERED_ENVS:
+        raise ValueError(
+            f"task={env_id!r} is not registered by the installed task code (rlinf); the PutOnPlateInScene25 tasks "
+            f"it should register: {list(put_on_plate.PUT_ON_PLATE_TASKS)}"
+        )
+    try:
+        put_on_plate.check_assets(env_id, asset_dir)
+    except put_on_plate.PutOnPlateAssetsError as exc:
+        raise ManiSkillAssetsMissingError(str(exc)) from exc
 
 
 def is_vulkan_error(exc: BaseException) -> bool:

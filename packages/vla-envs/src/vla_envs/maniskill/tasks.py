@@ -63,15 +63,10 @@ TASKS: dict[str, ManiSkillTask] = {
     )
 }
 
-# Known tasks that cannot run without downloads: env id -> (what is missing, how to get it).
-NEEDS_DOWNLOAD: dict[str, str] = {
-    "PutOnPlateInScene25Main-v3": (
-        "is not part of the PyPI `mani-skill` package: it is defined in RLinf's ManiSkill fork and needs that "
-        "fork plus its assets (HuggingFace dataset RLinf/maniskill_assets) on a networked machine"
-    ),
-}
-
 
 def list_maniskill_tasks() -> list[str]:
-    """Task ids that run offline with this adapter (each has an instruction)."""
-    return sorted(TASKS)
+    """Task ids this adapter runs: the offline tasks above (each has an instruction) and the reference's
+    PutOnPlateInScene25 family (its task code and assets, or the stand-in assets; see `put_on_plate`)."""
+    from vla_envs.maniskill.put_on_plate import PUT_ON_PLATE_TASKS
+
+    return sorted(TASKS) + list(PUT_ON_PLATE_TASKS)

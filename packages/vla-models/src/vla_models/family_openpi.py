@@ -36,6 +36,7 @@ OPENPI_KEYS = (
     "detach_critic_input",
     "chunk_critic_input",
     "value_head_hidden_sizes",
+    "value_head_activation",
     "state_indices",
     "use_quantile_norm",
     "delta_action_mask",

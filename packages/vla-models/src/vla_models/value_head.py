@@ -7,21 +7,32 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+#: Activations of the critic MLP's hidden layers, by name.
+ACTIVATIONS: dict[str, type[nn.Module]] = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh}
+
 
 class ValueHead(nn.Module):
-    """``Linear -> GELU -> ... -> Linear(1)``; the last layer starts at zero so initial values are 0.
+    """``Linear -> act -> ... -> Linear(1)``; the last layer starts at zero so initial values are 0.
 
     Args:
         input_dim: hidden size of the language model.
         hidden_sizes: widths of the hidden layers (RLinf uses ``(512, 128)``).
+        activation: the hidden layers' activation (``ACTIVATIONS``): GELU for OpenVLA's critic, ReLU for the
+            pi0 / pi0.5 critic of the reference framework.
     """
 
-    def __init__(self, input_dim: int, *, hidden_sizes: Sequence[int] = (512, 128)) -> None:
+    def __init__(
+        self, input_dim: int, *, hidden_sizes: Sequence[int] = (512, 128), activation: str = "gelu"
+    ) -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"value head activation={activation!r} is not supported; allowed: {sorted(ACTIVATIONS)}"
+            )
         layers: list[nn.Module] = []
         dim = input_dim
         for width in hidden_sizes:
-            layers += [nn.Linear(dim, width), nn.GELU()]
+            layers += [nn.Linear(dim, width), ACTIVATIONS[activation]()]
             dim = width
         last = nn.Linear(dim, 1)
         nn.init.zeros_(last.weight)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,9 @@ _UNUSED = (
     "paligemma_with_expert.gemma_expert.model.embed_tokens.weight",
 )
 _OPTIONAL_HEADS = ("value_head.", "noise_head.")
+# the flow_noise head as an ``nn.Sequential`` (``noise_head.mlp.<0|2|4>.*``) -> the reference framework's names
+_SEQUENTIAL_NOISE_HEAD = re.compile(r"^noise_head\.mlp\.(\d+)\.")
+_NOISE_BUFFERS = ("noise_head.logvar_min", "noise_head.logvar_max")
 # folder facts a setting may not contradict
 _ARCH_FIELDS = ("pi05", "action_horizon", "model_action_dim")
 
@@ -116,6 +121,9 @@ def to_internal(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], s
             dropped.append(k)
             continue
         name = name.replace(".vision_tower.vision_model.", ".vision_tower.")
+        m = _SEQUENTIAL_NOISE_HEAD.match(name)
+        if m:
+            name = f"noise_head.mlp_logvar.moduleList.{int(m.group(1)) // 2}.linear_1." + name[m.end() :]
         if name == _LM_HEAD:
             if _EMBED in out or any(x.endswith("language_model.embed_tokens.weight") for x in sd):
                 dropped.append(k)
@@ -165,12 +173,58 @@ def _facts_from_tensors(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
 def _published_config(d: dict[str, Any], sd: dict[str, torch.Tensor]) -> dict[str, Any]:
     """Config fields of a folder without our block (openpi / lerobot / transformers config.json): real sizes,
     the action horizon it states and what the tensors show."""
-    cd: dict[str, Any] = {"sizes": PaliGemmaExpertSizes.pi0_base(), "tokenizer": "checkpoint"}
+    cd: dict[str, Any] = {
+        "sizes": PaliGemmaExpertSizes.pi0_base(),
+        "tokenizer": "checkpoint",
+        "value_head_activation": "relu",  # the reference framework's pi0 / pi0.5 critic
+    }
     horizon = d.get("action_horizon", d.get("chunk_size", d.get("n_action_steps")))
     if isinstance(horizon, int):
         cd["action_horizon"] = horizon
     cd.update(_facts_from_tensors(sd))
     return cd
+
+
+def value_head_shape(sd: dict[str, torch.Tensor]) -> tuple[int, tuple[int, ...]] | None:
+    """``(input width, hidden sizes)`` of the ``value_head.mlp.<i>`` linears in ``sd``, or None without one."""
+    linears = sorted(int(k.split(".")[2]) for k in sd if re.fullmatch(r"value_head\.mlp\.\d+\.weight", k))
+    if not linears:
+        return None
+    shapes = [tuple(sd[f"value_head.mlp.{i}.weight"].shape) for i in linears]
+    return shapes[0][1], tuple(out for out, _ in shapes[:-1])
+
+
+def noise_std_range(sd: dict[str, torch.Tensor]) -> tuple[float, float] | None:
+    """flow_noise's ``[min_std, max_std]`` from the noise head's ``logvar_min`` / ``logvar_max``, or None."""
+    if not all(k in sd for k in _NOISE_BUFFERS):
+        return None
+    lo, hi = (float(sd[k].float().reshape(-1)[0]) for k in _NOISE_BUFFERS)
+    return math.exp(0.5 * lo), math.exp(0.5 * hi)
+
+
+def _head_settings(
+    sd: dict[str, torch.Tensor], merged: dict[str, Any], sizes: PaliGemmaExpertSizes
+) -> dict[str, Any]:
+    """The critic's and the noise head's settings the folder's tensors fix (for the heads the config keeps)."""
+    out: dict[str, Any] = {}
+    shape = value_head_shape(sd) if merged.get("add_value_head") else None
+    if shape is not None:
+        width, hidden = shape
+        out["value_head_hidden_sizes"] = hidden
+        if sizes.width != sizes.expert_width and width in (sizes.width, sizes.expert_width):
+            out["value_after_vlm"] = width == sizes.width
+    std = noise_std_range(sd) if merged.get("noise_method") == "flow_noise" else None
+    if std is not None:
+        out["noise_logvar_range"] = std
+    return out
+
+
+def _same(key: str, given: Any, saved: Any) -> bool:
+    if key == "noise_logvar_range":
+        return len(given) == 2 and all(math.isclose(float(a), b, rel_tol=1e-5) for a, b in zip(given, saved))
+    if isinstance(saved, tuple):
+        return tuple(given) == saved
+    return given == saved
 
 
 def find_norm_stats(folder: Path, asset_id: str | None) -> Path | None:
@@ -218,6 +272,7 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
     if isinstance(d.get("vla_models"), dict):
         cd = dict(d["vla_models"])
         cd.pop("family", None)
+        cd.setdefault("value_head_activation", "gelu")  # a block that does not name it holds a GELU critic
     else:
         cd = _published_config(d, sd)
     sizes = cd.get("sizes")
@@ -240,6 +295,17 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
             raise ValueError(
                 f"{key}={given!r} contradicts the checkpoint at {p}, which has {key}={saved!r}; "
                 f"set {key}: {saved!r} or leave it unset"
+            )
+        merged[key] = saved
+    if "noise_method" not in merged:
+        merged["noise_method"] = OpenPiConfig.noise_method
+    for key, saved in _head_settings(sd, merged, sizes).items():
+        given = overrides.get(key)
+        if given is not None and not _same(key, given, saved):
+            raise ValueError(
+                f"{key}={given!r} contradicts the checkpoint at {p}, whose tensors have {key}={list(saved)!r}"
+                if isinstance(saved, tuple)
+                else f"{key}={given!r} contradicts the checkpoint at {p}, whose tensors have {key}={saved!r}"
             )
         merged[key] = saved
     merged["model_path"] = str(p)
@@ -270,6 +336,8 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
         elif want and not have:
             logger.info("%s: no %s tensors; a fresh one is initialised", p, head.rstrip("."))
             sd.update({k: own[k] for k in want})
+        elif want and head == "noise_head." and not any(k in sd for k in _NOISE_BUFFERS):
+            sd.update({k: own[k] for k in _NOISE_BUFFERS})  # the range comes from the config
         elif want and set(have) != set(want):
             raise ValueError(
                 f"{p}: the {head.rstrip('.')} tensors do not match (missing "

@@ -12,6 +12,7 @@ VALUE_VLM_MODES = ("mean_token", "last_token", "first_token")
 SFT_LOSS_DIMS = ("all", "env")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 TIME_DTYPES = ("float64", "float32")
+VALUE_HEAD_ACTIVATIONS = ("relu", "gelu", "tanh")
 
 
 @dataclass(kw_only=True)
@@ -103,6 +104,7 @@ CONFIG_PRESETS: dict[str, dict[str, Any]] = {
         discrete_state_input=False,
         delta_action_mask=(True,) * 6 + (False,),
         asset_id="physical-intelligence/libero",
+        value_head_hidden_sizes=(1024, 512, 256),
     ),
     "pi0_aloha_robotwin": dict(
         pi05=False,
@@ -148,7 +150,8 @@ class OpenPiConfig:
         ignore_last: draw the scored step from ``[0, K-2]`` (the last step of flow_cps has zero std).
         train_expert_only: freeze PaliGemma (vision tower, projector, language model).
         add_value_head / value_after_vlm / value_vlm_mode / detach_critic_input / chunk_critic_input /
-            value_head_hidden_sizes: the critic (see the package README, "pi0 / pi0.5").
+            value_head_hidden_sizes / value_head_activation: the critic (see the package README, "pi0 / pi0.5");
+            the reference framework's critic MLP is ReLU, (512, 256, 128) or (1024, 512, 256) for pi0.5 LIBERO.
         state_indices: env state columns the model sees (None: all).
         norm_stats: openpi ``norm_stats.json`` content (``{"state": {...}, "actions": {...}}``) or None (identity).
         use_quantile_norm: quantile instead of z-score normalisation (None: pi0 z-score, pi0.5 quantiles).
@@ -191,6 +194,7 @@ class OpenPiConfig:
     detach_critic_input: bool = False
     chunk_critic_input: bool = False
     value_head_hidden_sizes: tuple[int, ...] = (512, 256, 128)
+    value_head_activation: str = "relu"
     state_indices: tuple[int, ...] | None = None
     norm_stats: dict[str, Any] | None = None
     use_quantile_norm: bool | None = None
@@ -230,6 +234,7 @@ class OpenPiConfig:
             "precision": (self.precision, PRECISIONS),
             "attn_implementation": (self.attn_implementation, ATTN_IMPLEMENTATIONS),
             "time_embedding_dtype": (self.time_embedding_dtype, TIME_DTYPES),
+            "value_head_activation": (self.value_head_activation, VALUE_HEAD_ACTIVATIONS),
         }
         for name, (v, allowed) in checks.items():
             if v not in allowed:
@@ -249,7 +254,11 @@ class OpenPiConfig:
         self.noise_logvar_range = lo_hi  # type: ignore[assignment]
         if self.ignore_last and self.num_steps < 2:
             raise ValueError("ignore_last=True needs num_steps >= 2")
-        self.value_head_hidden_sizes = tuple(int(h) for h in self.value_head_hidden_sizes)
+        if any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in self.value_head_hidden_sizes):
+            raise ValueError(
+                f"value_head_hidden_sizes must be ints >= 1, got {list(self.value_head_hidden_sizes)!r}"
+            )
+        self.value_head_hidden_sizes = tuple(self.value_head_hidden_sizes)
         if self.state_indices is not None:
             self.state_indices = tuple(int(i) for i in self.state_indices)
         if self.delta_action_mask is not None:

@@ -106,8 +106,10 @@ def gaussian_entropy(std: torch.Tensor, shape: torch.Size) -> torch.Tensor:
     return torch.where(pos, ent, torch.zeros_like(ent))
 
 
-def noise_std_from_head(h: torch.Tensor, min_std: float, max_std: float) -> torch.Tensor:
-    """flow_noise: the noise head's output ``h`` -> std in ``[min_std, max_std]`` (a tanh-squashed log-variance)."""
-    lo, hi = 2 * math.log(min_std), 2 * math.log(max_std)
-    logvar = lo + (hi - lo) * (torch.tanh(h) + 1) / 2
+def noise_std_from_logvar(
+    h: torch.Tensor, logvar_min: torch.Tensor | float, logvar_max: torch.Tensor | float
+) -> torch.Tensor:
+    """flow_noise: the noise head's raw output ``h`` -> std: the log-variance squashed into
+    ``[logvar_min, logvar_max]`` by ``tanh``, then ``exp(logvar / 2)``."""
+    logvar = logvar_min + (logvar_max - logvar_min) * (torch.tanh(h) + 1) / 2
     return torch.exp(0.5 * logvar)

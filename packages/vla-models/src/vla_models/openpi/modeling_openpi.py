@@ -23,7 +23,9 @@ boolean 4-D mask is ignored by transformers' eager attention).
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +43,7 @@ from vla_models.openpi.configuration_openpi import OpenPiConfig
 from vla_models.openpi.flow_logprob import (
     gaussian_entropy,
     gaussian_logprob,
-    noise_std_from_head,
+    noise_std_from_logvar,
     sde_sigma,
     step_mean_std,
     timesteps,
@@ -60,6 +62,18 @@ from vla_models.value_head import ValueHead
 
 #: ``denoise_inds`` of a greedy (plain ODE) row and of a row scored at every step (``joint_logprob``).
 GREEDY, JOINT = -1, -2
+#: Modules kept in float32 whatever ``precision`` is (with PaliGemma's and the expert's norms).
+FLOAT32_MODULES = (
+    "action_in_proj",
+    "action_out_proj",
+    "state_proj",
+    "action_time_mlp_in",
+    "action_time_mlp_out",
+    "time_mlp_in",
+    "time_mlp_out",
+    "value_head",
+    "noise_head",
+)
 
 
 # ---- transformers configs of the three towers ---------------------------------------------------------------
@@ -108,7 +122,7 @@ class AdaRMSNorm(nn.Module):
     def forward(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         xf = x.float()
         normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        scale, shift, gate = self.dense(cond).unsqueeze(1).chunk(3, dim=-1)
+        scale, shift, gate = self.dense(cond.to(self.dense.weight.dtype)).unsqueeze(1).chunk(3, dim=-1)
         return (normed * (1 + scale.float()) + shift.float()).to(x.dtype), gate.to(x.dtype)
 
 
@@ -221,17 +235,44 @@ class PaliGemmaWithExpert(nn.Module):
         self.gemma_expert = _Holder(_ExpertBody(cfg))
 
 
-class NoiseHead(nn.Module):
-    """flow_noise's std network: expert hidden ``[N, H, w]`` -> raw ``[N, H, D]`` (``noise_std_from_head``)."""
+class _LogVarMLP(nn.Module):
+    """``Linear -> tanh -> ... -> Linear``; each layer is ``moduleList.<i>.linear_1`` (the reference framework's
+    tensor names)."""
 
-    def __init__(self, width: int, out_dim: int) -> None:
+    def __init__(self, dims: list[int]) -> None:
         super().__init__()
-        self.mlp = nn.Sequential(
-            nn.Linear(width, 128), nn.Tanh(), nn.Linear(128, 64), nn.Tanh(), nn.Linear(64, out_dim)
-        )
+        self.moduleList = nn.ModuleList()
+        for i, (d_in, d_out) in enumerate(itertools.pairwise(dims)):
+            last = i == len(dims) - 2
+            act: nn.Module = nn.Identity() if last else nn.Tanh()
+            self.moduleList.append(nn.Sequential(OrderedDict(linear_1=nn.Linear(d_in, d_out), act_1=act)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.moduleList:
+            x = layer(x)
+        return x
+
+
+class NoiseHead(nn.Module):
+    """flow_noise's std network: expert hidden ``[N, H, w]`` -> std ``[N, H, D]``.
+
+    ``mlp_logvar`` (``w -> 128 -> 64 -> D``, tanh) gives a raw log-variance, squashed into
+    ``[logvar_min, logvar_max]`` (buffers, ``log(min_std^2)`` / ``log(max_std^2)``, saved with the weights) as
+    ``logvar_min + (logvar_max - logvar_min) (tanh(raw) + 1) / 2``; the std is ``exp(logvar / 2)``.
+    """
+
+    HIDDEN = (128, 64)
+
+    def __init__(self, width: int, out_dim: int, std_range: tuple[float, float]) -> None:
+        super().__init__()
+        self.mlp_logvar = _LogVarMLP([width, *self.HIDDEN, out_dim])
+        lo, hi = std_range
+        self.register_buffer("logvar_min", torch.tensor([2 * math.log(lo)], dtype=torch.float32))
+        self.register_buffer("logvar_max", torch.tensor([2 * math.log(hi)], dtype=torch.float32))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.mlp(h)
+        raw = self.mlp_logvar(h.to(self.logvar_min.dtype))
+        return noise_std_from_logvar(raw, self.logvar_min, self.logvar_max)
 
 
 def sinusoidal_time_embedding(t: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
@@ -285,11 +326,17 @@ class OpenPiPolicy(nn.Module):
             self.action_time_mlp_in = nn.Linear(2 * w, w)
             self.action_time_mlp_out = nn.Linear(w, w)
         self.value_head = (
-            ValueHead(s.width if cfg.critic_after_vlm else w, hidden_sizes=cfg.value_head_hidden_sizes)
+            ValueHead(
+                s.width if cfg.critic_after_vlm else w,
+                hidden_sizes=cfg.value_head_hidden_sizes,
+                activation=cfg.value_head_activation,
+            )
             if cfg.add_value_head
             else None
         )
-        self.noise_head = NoiseHead(w, d) if cfg.noise_method == "flow_noise" else None
+        self.noise_head = (
+            NoiseHead(w, d, cfg.noise_logvar_range) if cfg.noise_method == "flow_noise" else None
+        )
         self.tokenizer = tokenizer
         self.prompts = PromptTokenizer(tokenizer, cfg.token_len, state_in_prompt=cfg.state_in_prompt)
         stats = cfg.norm_stats or {}
@@ -318,6 +365,12 @@ class OpenPiPolicy(nn.Module):
             for p in self.vlm_parameters():
                 p.requires_grad_(False)
         self.to(DTYPES[cfg.precision])
+        # openpi and the reference framework run PaliGemma and the expert in ``precision`` but keep their norms,
+        # the action / state / time projections and the value and noise heads in float32
+        for name, module in self.named_modules():
+            top = name.split(".")[0]
+            if top in FLOAT32_MODULES or isinstance(module, (GemmaRMSNorm, AdaRMSNorm)):
+                module.float()
         return self
 
     def merge_lora(self) -> None:
@@ -340,7 +393,8 @@ class OpenPiPolicy(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.action_in_proj.weight.dtype
+        """The compute dtype of PaliGemma and the expert (``precision``)."""
+        return self._vlm.language_model.embed_tokens.weight.dtype
 
     @property
     def _vlm(self) -> _PaliGemmaBody:
@@ -439,19 +493,20 @@ class OpenPiPolicy(nn.Module):
             values = {i: v[rows] for i, v in values.items()}
             valid, n_valid = valid[rows], n_valid[rows]
         w = cfg.sizes.expert_width
+        head_dt = self.action_in_proj.weight.dtype
         time_dtype = torch.float64 if cfg.time_embedding_dtype == "float64" else torch.float32
-        temb = sinusoidal_time_embedding(t, w, time_dtype).to(dt)
-        act = self.action_in_proj(x.to(dt))
+        temb = sinusoidal_time_embedding(t, w, time_dtype).to(head_dt)
+        act = self.action_in_proj(x.to(head_dt))
         horizon = act.shape[1]
         if cfg.pi05:
             cond = F.silu(self.time_mlp_out(F.silu(self.time_mlp_in(temb))))
-            tokens = act
+            tokens = act.to(dt)
         else:
             cond = None
             at = torch.cat([act, temb[:, None, :].expand(-1, horizon, -1)], dim=-1)
             at = self.action_time_mlp_out(F.silu(self.action_time_mlp_in(at)))
-            state_tok = self.state_proj(self._model_state(states).to(dt))[:, None, :]
-            tokens = torch.cat([state_tok, at], dim=1)
+            state_tok = self.state_proj(self._model_state(states).to(head_dt))[:, None, :]
+            tokens = torch.cat([state_tok, at], dim=1).to(dt)
         n, s = tokens.shape[:2]
         suffix_allowed = torch.ones(s, s, dtype=torch.bool, device=x.device)
         if not cfg.pi05:  # the state token sees the prefix and itself; action tokens see everything
@@ -467,13 +522,12 @@ class OpenPiPolicy(nn.Module):
         for layer in self._expert_body.layers:
             h = layer(h, mask, pe, cache, cond)
         h, _ = _norm(self._expert_body.norm, h, cond)
-        out = h[:, -horizon:]
-        return self.action_out_proj(out).float(), out
+        out = h[:, -horizon:].float()
+        return self.action_out_proj(out.to(head_dt)).float(), out
 
     # ---- denoising ----------------------------------------------------------------------------------------
     def _noise_std(self, hidden: torch.Tensor, temperature: torch.Tensor) -> torch.Tensor:
-        lo, hi = self.config.noise_logvar_range
-        return noise_std_from_head(self.noise_head(hidden).float(), lo, hi) * temperature[:, None, None]
+        return self.noise_head(hidden).float() * temperature[:, None, None]
 
     def _step(
         self,
@@ -529,7 +583,8 @@ class OpenPiPolicy(nn.Module):
             lp0 = -0.5 * x0**2 - 0.5 * math.log(2 * math.pi)
             logp = logp.index_put((joint,), (lp0 + lp.sum(1)) / (k_steps + 1))
             e = gaussian_entropy(std, xn.shape).view(len(joint), k_steps, *xn.shape[1:])
-            ent = ent.index_put((joint,), e.mean(1))
+            e0 = gaussian_entropy(torch.ones_like(x0), x0.shape)  # the initial noise's N(0, I) term
+            ent = ent.index_put((joint,), (e0 + e.sum(1)) / (k_steps + 1))
         c, a = cfg.num_action_chunks, cfg.action_dim
         values = self._values(prefix, fi) if compute_values else None
         return logp[:, :c, :a], ent[:, :c, :a], values
@@ -562,7 +617,7 @@ class OpenPiPolicy(nn.Module):
             feat = h.mean(1)
         if cfg.detach_critic_input:
             feat = feat.detach()
-        return self.value_head(feat)
+        return self.value_head(feat.to(self.value_head.mlp[0].weight.dtype))
 
     # ---- contract -----------------------------------------------------------------------------------------
     def _prefix_for_training(self, fi: Mapping[str, torch.Tensor]) -> Prefix:

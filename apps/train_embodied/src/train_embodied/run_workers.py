@@ -35,25 +35,6 @@ def train_env_configs(tc: TrainConfig) -> list[EnvConfig]:
     ]
 
 
-def start_ray(address: str | None) -> bool:
-    """Connect to Ray (`cluster.ray_address`) or start a private instance bound to 127.0.0.1.
-
-    Returns:
-        True if this call started Ray (the run shuts it down at the end).
-    """
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # with the ip below: loopback only
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if address:
-        ray.init(address=address)
-        return False
-    # address="local": never join a stale or foreign cluster recorded in Ray's current-cluster file
-    ray.init(address="local", _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
-    return True
-
-
 class RunWorkers:
     """The env (train: one group per pipeline stage; eval), rollout and actor worker groups of a run.
 
@@ -72,9 +53,14 @@ class RunWorkers:
             num_gpus_per_node=cluster.num_gpus_per_node,
         )
         self.backend_name = cluster.backend
-        self.started_ray = start_ray(cluster.ray_address) if cluster.backend == "ray" else False
+        # the Ray backend joins `cluster.ray_address` (or RAY_ADDRESS), else starts a private instance on 127.0.0.1
+        # that its shutdown() stops
+        ray_kwargs = {"address": cluster.ray_address} if cluster.backend == "ray" else {}
         self.backend = make_backend(
-            cluster.backend, num_nodes=cluster.num_nodes, num_gpus_per_node=cluster.num_gpus_per_node
+            cluster.backend,
+            num_nodes=cluster.num_nodes,
+            num_gpus_per_node=cluster.num_gpus_per_node,
+            **ray_kwargs,
         )
         # a dead env or rollout Ray actor is replaced (the local backend runs every worker in this process)
         self.max_restarts = cluster.max_worker_restarts if cluster.backend == "ray" else 0
@@ -270,10 +256,6 @@ class RunWorkers:
         shutdown = getattr(self.backend, "shutdown", None)
         if shutdown is not None:
             shutdown()
-        if self.started_ray:
-            import ray
-
-            ray.shutdown()
 
     def worker_pids(self) -> dict[str, list[int]]:
         """Process id of every worker, by group (the local backend runs them all in this process)."""

@@ -15,8 +15,8 @@ cloudpickle = pytest.importorskip("ray.cloudpickle")
 from ray.cluster_utils import Cluster  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "packages" / "vla-infra" / "tests"))
-import pipeline_env_workers  # noqa: E402
-from pipeline_env_workers import Probe  # noqa: E402
+import probe_workers  # noqa: E402
+from probe_workers import Probe  # noqa: E402
 
 from vla_infra import RayBackend, WorkerGroup, resolve_placement  # noqa: E402
 
@@ -43,11 +43,11 @@ def two_nodes():
             log_to_driver=False,
             configure_logging=False,
         )
-        cloudpickle.register_pickle_by_value(pipeline_env_workers)
+        cloudpickle.register_pickle_by_value(probe_workers)
         backend = RayBackend(num_nodes=2, num_gpus_per_node=8)
         yield backend
         backend.shutdown()
-        cloudpickle.unregister_pickle_by_value(pipeline_env_workers)
+        cloudpickle.unregister_pickle_by_value(probe_workers)
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -17,18 +17,14 @@ ray = pytest.importorskip("ray")
 cloudpickle = pytest.importorskip("ray.cloudpickle")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import pipeline_env_workers  # noqa: E402
+import probe_workers  # noqa: E402
 import restart_workers  # noqa: E402
-from pipeline_env_workers import (  # noqa: E402
-    PipeEnv,
-    PipeEnvWorker,
+from probe_workers import (  # noqa: E402
     Probe,
-    RowwisePolicyWorker,
-    rowwise_policy,
 )
 from restart_workers import RestartProbe  # noqa: E402
 
-from vla_infra import RayBackend, WorkerGroup, resolve_placement, run_pipelined_rollout  # noqa: E402
+from vla_infra import RayBackend, WorkerGroup, resolve_placement  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -54,12 +50,12 @@ def ray_node():
         configure_logging=False,
     )
     # Worker classes of the tests travel by value: Ray workers cannot import the tests folder.
-    cloudpickle.register_pickle_by_value(pipeline_env_workers)
+    cloudpickle.register_pickle_by_value(probe_workers)
     cloudpickle.register_pickle_by_value(restart_workers)
     backend = RayBackend(num_nodes=1, num_gpus_per_node=8)
     yield backend
     backend.shutdown()
-    cloudpickle.unregister_pickle_by_value(pipeline_env_workers)
+    cloudpickle.unregister_pickle_by_value(probe_workers)
     cloudpickle.unregister_pickle_by_value(restart_workers)
     ray.shutdown()
 
@@ -124,44 +120,6 @@ def test_dispatch_channel_and_distributed_rendezvous(ray_node):
 def test_backend_refuses_more_nodes_than_cluster(ray_node):
     with pytest.raises(ValueError, match="num_nodes=2"):
         RayBackend(num_nodes=2, num_gpus_per_node=8)
-
-
-def test_pipelined_rollout_over_ray_groups(ray_node):
-    """Env steps submitted asynchronously to a Ray env actor (its simulators in subprocesses) while a
-    two-actor rollout group computes the next stage: same states as one in-process stage."""
-    # These actors import the helpers module by name (its simulator subprocesses need the real module),
-    # so it goes on their PYTHONPATH instead of travelling by value.
-    cloudpickle.unregister_pickle_by_value(pipeline_env_workers)
-    tests_dir = str(Path(__file__).parent)
-    cpu = RayBackend(num_nodes=1, num_gpus_per_node=0, runtime_env={"env_vars": {"PYTHONPATH": tests_dir}})
-    try:
-        envs = WorkerGroup(PipeEnvWorker, 1, backend=cpu, kwargs={"num_envs": 4, "stages": 2, "seed": 5})
-        policy = WorkerGroup(RowwisePolicyWorker, 2, backend=cpu)
-    finally:
-        cloudpickle.register_pickle_by_value(pipeline_env_workers)
-    try:
-        steps = run_pipelined_rollout(
-            initial_obs=[envs.reset(s)[0] for s in range(2)],
-            num_steps=4,
-            policy=lambda s, obs: policy.predict(obs["states"]),
-            submit_step=lambda s, actions: envs.chunk_step.submit(s, actions),
-            next_obs=lambda results: results[0].obs,
-        )
-    finally:
-        envs.shutdown()
-        policy.shutdown()
-    got = np.stack(
-        [np.concatenate([steps[s][t].result[0].obs["states"] for s in range(2)]) for t in range(4)]
-    )
-    ref_env = PipeEnv(list(range(4)), seed=5)
-    try:
-        obs, ref = ref_env.reset(), []
-        for _ in range(4):
-            obs = ref_env.chunk_step(rowwise_policy(obs["states"])).obs
-            ref.append(obs["states"])
-    finally:
-        ref_env.close()
-    np.testing.assert_array_equal(got, np.stack(ref))
 
 
 def _kill_process(pid: int) -> None:

@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray")
 cloudpickle = pytest.importorskip("ray.cloudpickle")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import pipeline_env_workers  # noqa: E402
+import probe_workers  # noqa: E402
 
 from vla_infra import RayBackend, Worker, WorkerGroup, resolve_placement  # noqa: E402
 
@@ -46,7 +46,7 @@ def gpu_backend():
         _node_ip_address="127.0.0.1",
         log_to_driver=False,
     )
-    cloudpickle.register_pickle_by_value(pipeline_env_workers)
+    cloudpickle.register_pickle_by_value(probe_workers)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
     backend = RayBackend(num_nodes=1, num_gpus_per_node=n)
     yield backend, n

@@ -1,4 +1,4 @@
-"""Placement, worker groups (local and Ray), pipelining, offload, FSDP2, weight sync, checkpoints, metric loggers.
+"""Placement, worker groups (local and Ray), channels, offload, FSDP2, weight sync, checkpoints, metric loggers.
 
 Public names are imported lazily (on first access), so that an optional dependency of one module
 (e.g. ``ray`` for :class:`RayBackend`) never breaks the others.
@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # name -> module that defines it
 _EXPORTS: dict[str, str] = {
-    # placement, workers, channels, pipelining
+    # placement, workers, channels
     "KNOWN_COMPONENTS": "vla_infra.placement",
     "ProcessPlacement": "vla_infra.placement",
     "resolve_placement": "vla_infra.placement",
@@ -35,10 +35,6 @@ _EXPORTS: dict[str, str] = {
     "LocalChannel": "vla_infra.channel",
     "RayChannel": "vla_infra.channel",
     "make_backend": "vla_infra.workers.factory",
-    "split_envs_into_stages": "vla_infra.pipeline",
-    "run_pipelined_rollout": "vla_infra.pipeline",
-    "ThreadedStageStepper": "vla_infra.pipeline",
-    "StageStep": "vla_infra.pipeline",
 }
 
 # offload, FSDP2, weight sync, checkpoints, logging

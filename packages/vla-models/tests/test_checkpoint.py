@@ -170,6 +170,7 @@ def test_unused_tower_tensors_may_be_absent_used_ones_may_not(tmp_path, make_obs
     sd = read_state_dict(tmp_path)
     for f in tmp_path.glob("model*.safetensors*"):
         f.unlink()
+    (tmp_path / "manifest.json").unlink()  # a folder edited by hand: no manifest of ours
     unused = ("featurizer.blocks.1.", "featurizer.norm.", "fused_featurizer.attn_pool.")
     kept = {k: v for k, v in sd.items() if not any(u in k for u in unused)}
     assert len(kept) < len(sd)
@@ -218,6 +219,7 @@ def test_value_head_is_dropped_or_initialised_to_match_the_config(tmp_path, make
     sd = read_state_dict(tmp_path / "ppo")
     for f in (tmp_path / "ppo").glob("model*.safetensors*"):
         f.unlink()
+    (tmp_path / "ppo" / "manifest.json").unlink()  # a folder edited by hand: no manifest of ours
     del sd["value_head.mlp.0.weight"]
     save_file(sd, str(tmp_path / "ppo" / "model.safetensors"))
     with pytest.raises(ValueError, match=r"missing \['value_head.mlp.0.weight'\]"):
@@ -241,6 +243,7 @@ def test_reference_value_head_layout_loads_or_is_refused(tmp_path, make_obs_fn) 
     sd = read_state_dict(tmp_path)
     for f in tmp_path.glob("model*.safetensors*"):
         f.unlink()
+    (tmp_path / "manifest.json").unlink()  # a folder edited by hand: no manifest of ours
     del sd[f"value_head.mlp.{last}.bias"]
     save_file(sd, str(tmp_path / "model.safetensors"))
     loaded = load_policy(tmp_path)
@@ -260,6 +263,7 @@ def test_wrong_tensor_shape_is_one_line_naming_it(tmp_path) -> None:
     sd = read_state_dict(tmp_path)
     for f in tmp_path.glob("model*.safetensors*"):
         f.unlink()
+    (tmp_path / "manifest.json").unlink()  # a folder edited by hand: no manifest of ours
     sd["projector.fc3.weight"] = torch.zeros(3, 3)
     save_file(sd, str(tmp_path / "model.safetensors"))
     with pytest.raises(

@@ -9,14 +9,21 @@ A save_pretrained directory holds::
     model.safetensors.index.json         projector.fc1..., language_model.model.layers...), LoRA merged
     dataset_statistics.json              norm_stats (when present)
     tokenizer.json, tokenizer_config.json, ...
+    manifest.json                        every other file with its size and sha256 (``write_model_manifest``)
 
 A published OpenVLA directory (config.json without "vla_models") is read from its Prismatic fields. This module
 imports no family: config and policy classes come from ``vla_models.families``.
+
+Every family reads its weights with :func:`read_state_dict`, which checks them before use: a folder with a
+``manifest.json`` has each file's size and sha256 verified (a manifest without checksums is refused), every
+tensor must have the dtype ``config.json`` declares (``torch_dtype`` / ``precision``; float32 is allowed beside
+a half-precision dtype) and finite values; an error is one line naming the file or the tensor.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 from collections.abc import Mapping
@@ -55,6 +62,18 @@ from vla_models.prismatic.configuration_prismatic import (
 logger = logging.getLogger(__name__)
 
 INDEX_NAME = "model.safetensors.index.json"
+MODEL_MANIFEST = "manifest.json"
+_MANIFEST_FORMAT = 1
+_HASH_CHUNK = 8 << 20
+# what config.json may declare as the weights' dtype (``torch_dtype``, ``precision``, ``vla_models.precision``)
+_DECLARED_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
 KNOWN_TIMM_IDS = ["vit_large_patch14_reg4_dinov2.lvd142m", "vit_so400m_patch14_siglip_224"]
 _VALUE_HEAD = "value_head."
 _OPTIONAL_PREFIXES = (_VALUE_HEAD,)  # may be absent: a fresh critic on a pretrained actor
@@ -139,6 +158,102 @@ def save_policy(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 102
     if cfg.norm_stats:
         (out / "dataset_statistics.json").write_text(json.dumps(cfg.norm_stats, indent=2))
     policy.tokenizer.save_pretrained(str(out))
+    write_model_manifest(out)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_model_manifest(folder: str | Path) -> Path:
+    """Write ``<folder>/manifest.json``: every other file below ``folder`` with its size and sha256 (call it
+    last, after every file of the folder is written). :func:`read_state_dict` verifies it on load."""
+    root = Path(folder)
+    files = {
+        str(f.relative_to(root)): {"size": f.stat().st_size, "sha256": _sha256(f)}
+        for f in sorted(root.rglob("*"))
+        if f.is_file() and f.relative_to(root) != Path(MODEL_MANIFEST)
+    }
+    out = root / MODEL_MANIFEST
+    out.write_text(json.dumps({"format_version": _MANIFEST_FORMAT, "files": files}, indent=1))
+    return out
+
+
+def verify_model_manifest(folder: str | Path, *, checksums: bool = True) -> dict[str, Any] | None:
+    """Check ``folder`` against its ``manifest.json``: every listed file present, inside the folder, at its size
+    and (``checksums``) with its sha256. Returns the listed files, or None when the folder has no manifest.
+
+    Raises:
+        ValueError: a malformed manifest, one without a sha256 for a file, or a missing, truncated or altered
+            file (one line naming it).
+    """
+    root = Path(folder)
+    path = root / MODEL_MANIFEST
+    if not path.exists():
+        return None
+    manifest = read_json(path)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        raise ValueError(f"{path} has no 'files' object")
+    for rel, entry in files.items():
+        file = root / rel
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ValueError(f"{path} lists {rel!r}, which is outside the folder")
+        if not isinstance(entry, dict) or not isinstance(entry.get("sha256"), str):
+            raise ValueError(
+                f"{path} has no sha256 for {rel}: the folder cannot be verified (write it with "
+                "write_model_manifest, or remove the manifest to load it with the dtype and finiteness checks only)"
+            )
+        if not file.is_file():
+            raise FileNotFoundError(f"{file} is missing (listed in {MODEL_MANIFEST})")
+        if file.stat().st_size != entry.get("size"):
+            raise ValueError(
+                f"{file} is truncated or altered: {file.stat().st_size} bytes, {MODEL_MANIFEST} recorded {entry.get('size')}"
+            )
+        if checksums:
+            try:
+                digest = _sha256(file)
+            except OSError as exc:
+                raise ValueError(f"{file} cannot be read: {exc.strerror or exc}") from None
+            if digest != entry["sha256"]:
+                raise ValueError(
+                    f"{file} is altered: its sha256 differs from the one recorded in {MODEL_MANIFEST}"
+                )
+    return files
+
+
+def declared_dtype(config: Any) -> torch.dtype | None:
+    """The weights' dtype a ``config.json`` object declares (``torch_dtype``, ``precision`` or
+    ``vla_models.precision``), or None."""
+    if not isinstance(config, dict):
+        return None
+    block = config.get("vla_models") if isinstance(config.get("vla_models"), dict) else {}
+    for value in (config.get("torch_dtype"), config.get("precision"), block.get("precision")):
+        if isinstance(value, str) and value in _DECLARED_DTYPES:
+            return _DECLARED_DTYPES[value]
+    return None
+
+
+def _allowed_dtypes(declared: torch.dtype | None) -> set[torch.dtype] | None:
+    # half-precision models keep some tensors (norms, heads) in float32
+    return None if declared is None else {declared, torch.float32}
+
+
+def check_tensor(file: Path, name: str, tensor: torch.Tensor, declared: torch.dtype | None) -> None:
+    """One line naming the tensor if its dtype is not the declared one (or float32) or it holds NaN/inf."""
+    allowed = _allowed_dtypes(declared)
+    if allowed is not None and tensor.dtype not in allowed:
+        raise ValueError(
+            f"{file}: tensor {name} has dtype {str(tensor.dtype).removeprefix('torch.')}, config.json declares "
+            f"{str(declared).removeprefix('torch.')}"
+        )
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise ValueError(f"{file}: tensor {name} holds {bad} non-finite value(s) (NaN or inf)")
 
 
 def read_json(path: Path) -> Any:
@@ -254,29 +369,93 @@ def _config_from_prismatic(
     return {"backbone": backbone, "n_action_bins": int(d.get("n_action_bins", 256)), "norm_stats": stats}
 
 
-def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
-    """All tensors of a checkpoint directory (sharded with an index, or a single ``model.safetensors``)."""
-    p = Path(path)
+def _weight_files(p: Path) -> list[Path]:
     if (p / INDEX_NAME).exists():
         index = read_json(p / INDEX_NAME)
-        if not isinstance(index, dict) or "weight_map" not in index:
+        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
             raise ValueError(f"{p / INDEX_NAME} has no 'weight_map'")
-        files = [p / name for name in sorted(set(index["weight_map"].values()))]
+        files = [p / str(name) for name in sorted(set(index["weight_map"].values()))]
     elif (p / "model.safetensors").exists():
         files = [p / "model.safetensors"]
     else:
         raise FileNotFoundError(
             f"{p} has neither {INDEX_NAME} nor model.safetensors (only safetensors are loaded)"
         )
-    sd: dict[str, torch.Tensor] = {}
     for f in files:
+        if f.parent != p:
+            raise ValueError(f"{p / INDEX_NAME} names {f.name!r}, which is outside the folder")
         if not f.is_file():
             raise FileNotFoundError(f"{f} (listed in {INDEX_NAME}) does not exist")
+    return files
+
+
+def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint directory (sharded with an index, or a single ``model.safetensors``), checked:
+    the folder's manifest verified when it has one (every weights file must be listed), each tensor's dtype
+    against the one ``config.json`` declares, and every value finite (see the module docstring)."""
+    p = Path(path)
+    files = _weight_files(p)
+    listed = verify_model_manifest(p)
+    if listed is not None:
+        for f in files:
+            if f.name not in listed:
+                raise ValueError(f"{f} is not listed in {p / MODEL_MANIFEST}: the folder cannot be verified")
+    declared = declared_dtype(read_json(p / "config.json")) if (p / "config.json").is_file() else None
+    sd: dict[str, torch.Tensor] = {}
+    for f in files:
         try:
-            sd.update(load_file(str(f)))
+            tensors = load_file(str(f))
         except Exception as e:  # safetensors raises its own error types for a truncated/corrupt file
-            raise ValueError(f"{f} is not a readable safetensors file: {e}") from None
+            raise ValueError(f"{f} is not a readable safetensors file: {' '.join(str(e).split())}") from None
+        for name, tensor in tensors.items():
+            check_tensor(f, name, tensor, declared)
+        sd.update(tensors)
     return sd
+
+
+def check_weight_headers(path: str | Path) -> None:
+    """What :func:`read_state_dict` checks without reading a tensor's values: the manifest's sizes, that every
+    weights file has a readable safetensors header, and each tensor's dtype against ``config.json``.
+
+    Raises:
+        FileNotFoundError / ValueError: one line naming the file or the tensor.
+    """
+    from safetensors import safe_open
+
+    p = Path(path)
+    files = _weight_files(p)
+    listed = verify_model_manifest(p, checksums=False)
+    declared = declared_dtype(read_json(p / "config.json")) if (p / "config.json").is_file() else None
+    allowed = _allowed_dtypes(declared)
+    for f in files:
+        if listed is not None and f.name not in listed:
+            raise ValueError(f"{f} is not listed in {p / MODEL_MANIFEST}: the folder cannot be verified")
+        try:
+            with safe_open(str(f), framework="pt") as handle:
+                dtypes = {k: handle.get_slice(k).get_dtype() for k in handle.keys()}  # noqa: SIM118
+        except Exception as e:  # a cut or malformed header, an unreadable file
+            raise ValueError(f"{f} is not a readable safetensors file: {' '.join(str(e).split())}") from None
+        for name, code in dtypes.items():
+            dtype = _SAFETENSORS_DTYPES.get(code)
+            if allowed is not None and dtype not in allowed:
+                raise ValueError(
+                    f"{f}: tensor {name} has dtype {str(dtype).removeprefix('torch.') if dtype else code}, "
+                    f"config.json declares {str(declared).removeprefix('torch.')}"
+                )
+
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
 
 
 # settings that describe the architecture: a loaded folder fixes them, and a differing user value is an error
@@ -633,14 +812,18 @@ def _reference_value_head(path: Path, sd: dict[str, torch.Tensor], head: Any) ->
 
 
 def check_checkpoint(path: str | Path, **settings: Any) -> None:
-    """What ``load_policy(path, **settings)`` would refuse that the folder's small files already show, without
-    reading a tensor: a missing folder, ``config.json`` or weights file, a file that is not valid JSON, and (for
-    a folder written by ``save_pretrained``) an architecture setting the saved config contradicts. Meant for
-    validating a run's configuration before anything is built; ``load_policy`` still checks everything.
+    """What ``load_policy(path, **settings)`` would refuse that the folder shows without decoding its tensors: a
+    missing folder, ``config.json`` or weights file, a file that is not valid JSON, a folder no known family
+    reads (a ``config.json`` of another model family), the manifest's sizes and sha256 (reads every listed file
+    once), a safetensors header that is cut or malformed, a tensor dtype other than the one ``config.json``
+    declares, and (for a folder written by ``save_pretrained``) an architecture setting the saved config
+    contradicts. Meant for validating a run's configuration before anything is built; ``load_policy`` still
+    checks everything (tensor shapes and values too).
 
     Raises:
         FileNotFoundError: no such directory, no ``config.json``, or no weights.
-        ValueError: a malformed JSON file or a contradicted setting (naming the key and both values).
+        ValueError: a malformed file, an unknown family or a contradicted setting (naming the key and both
+            values), an altered file or a wrong dtype (naming the file or the tensor).
     """
     p = Path(path)
     if not p.is_dir():
@@ -648,17 +831,10 @@ def check_checkpoint(path: str | Path, **settings: Any) -> None:
     d = read_json(p / "config.json")
     if not isinstance(d, dict):
         raise ValueError(f"{p / 'config.json'} does not hold a JSON object")
-    if (p / INDEX_NAME).exists():
-        index = read_json(p / INDEX_NAME)
-        if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
-            raise ValueError(f"{p / INDEX_NAME} has no 'weight_map'")
-        for name in sorted(set(index["weight_map"].values())):
-            if not (p / name).is_file():
-                raise FileNotFoundError(f"{p / name} (listed in {INDEX_NAME}) does not exist")
-    elif not (p / "model.safetensors").exists():
-        raise FileNotFoundError(
-            f"{p} has neither {INDEX_NAME} nor model.safetensors (only safetensors are loaded)"
-        )
+    verify_model_manifest(p)
+    check_weight_headers(p)
+    if family_for_checkpoint(p) is None:
+        raise _unreadable(p)
     if not isinstance(d.get("vla_models"), dict):
         return  # a published folder: its architecture is read from its tensors by load_policy
     cd = dict(d["vla_models"])

@@ -140,9 +140,13 @@ def test_registered_estimators_match_the_plain_functions():
     nxt = torch.where(done, final, torch.cat([values[1:], last[None]]))
     adv, ret = compute_gae(rewards.sum(-1), values, nxt, terminated.any(-1), done, gamma=0.9, lam=0.8)
     assert torch.equal(est.advantages, adv) and torch.equal(est.returns, ret)
-    grpo = get_advantage_estimator("grpo")(**kw)
-    scores = first_episode_scores(rewards.sum(-1), done, gamma=0.9)
+    grpo = get_advantage_estimator("grpo")(**kw)  # the score is the undiscounted sum
+    scores = first_episode_scores(rewards.sum(-1), done, gamma=1.0)
     assert torch.equal(grpo.advantages[0], compute_grpo_advantages(scores, group_size=2))
+    discounted = get_advantage_estimator("grpo")(**kw, discount_scores=True)
+    scores = first_episode_scores(rewards.sum(-1), done, gamma=0.9)
+    assert torch.equal(discounted.advantages[0], compute_grpo_advantages(scores, group_size=2))
+    assert not torch.equal(discounted.advantages, grpo.advantages)
     assert grpo.returns is None and not grpo.loss_mask[3:, 1].any()  # env 1's first episode ended at t=2
 
 

@@ -9,7 +9,8 @@ A rollout of ``T`` policy decisions in ``B`` envs, each decision a chunk of ``C`
   decision ``t``; truncation bootstraps from it, termination does not).
 
 Every estimator is called with all of these and every hyper-parameter as keywords (``gamma``,
-``gae_lambda``, ``reward_type``, ``group_size``, ``reward_bounds``) and ignores what it does not use. It
+``gae_lambda``, ``reward_type``, ``group_size``, ``reward_bounds``, ``discount_scores``, ``normalize_returns``)
+and ignores what it does not use. It
 returns :class:`EstimatedAdvantages`. :func:`normalize_advantages` then whitens and masks them the same way
 for every estimator.
 """
@@ -122,9 +123,13 @@ def gae_estimator(
     gamma: float,
     gae_lambda: float,
     reward_type: str,
+    normalize_returns: bool = False,
     **unused: Any,
 ) -> EstimatedAdvantages:
-    """``adv_type: gae``: GAE with the critic's values (PPO), at ``reward_type`` granularity."""
+    """``adv_type: gae``: GAE with the critic's values (PPO), at ``reward_type`` granularity.
+
+    ``normalize_returns``: the value targets are whitened over ``loss_mask`` (``(r - mean) / (std + 1e-5)``, the
+    reference framework's ``normalize_returns``); the advantages are not changed by it."""
     del unused
     if values is None:
         raise ValueError("adv_type 'gae' needs the critic's `values` (a policy with a value head)")
@@ -139,6 +144,8 @@ def gae_estimator(
         gamma=gamma,
         lam=gae_lambda,
     )
+    if normalize_returns and loss_mask.any():
+        ret = masked_whiten(ret, loss_mask, std_eps=1e-5)
     return EstimatedAdvantages(advantages=adv, returns=ret, loss_mask=loss_mask.clone())
 
 
@@ -151,17 +158,21 @@ def grpo_estimator(
     gamma: float,
     group_size: int,
     reward_bounds: tuple[float, float] | None = None,
+    discount_scores: bool = False,
     **unused: Any,
 ) -> EstimatedAdvantages:
-    """``adv_type: grpo``: each env's first-episode (discounted) score against its group of ``group_size``
-    consecutive envs that started from the same state; every decision of that episode gets the advantage.
+    """``adv_type: grpo``: each env's first-episode score against its group of ``group_size`` consecutive envs
+    that started from the same state; every decision of that episode gets the advantage.
+
+    The score is the episode's summed reward (the reference framework's); ``discount_scores=True`` sums
+    ``gamma**t * reward`` instead (over decisions), so that of two successes the faster one scores higher.
 
     ``reward_bounds=(lower, upper)`` drops the groups whose mean score lies outside (all-fail / all-success
     groups carry no signal; stat ``kept_group_fraction``). Stat ``scores_mean``: mean score.
     """
     del unused
     done = chunk_done(terminated, truncated)
-    scores = first_episode_scores(rewards.sum(-1), done, gamma=gamma)
+    scores = first_episode_scores(rewards.sum(-1), done, gamma=gamma if discount_scores else 1.0)
     advantages = compute_grpo_advantages(scores, group_size=group_size)
     mask = first_episode_mask(done) & loss_mask
     stats: dict[str, float] = {}
@@ -187,6 +198,7 @@ def normalize_advantages(
     groups: torch.Tensor | None = None,
     num_groups: int | None = None,
     group_mode: str = "whiten",
+    std_eps: float | None = None,
 ) -> torch.Tensor:
     """Whiten (optionally) over the decisions and executed actions that enter the loss, then zero the
     advantages of actions the env never executed (action level).
@@ -222,7 +234,7 @@ def normalize_advantages(
             )
             whiten = whiten and not per_group_scale
         if whiten:
-            advantages = masked_whiten(advantages, mask, all_reduce=all_reduce)
+            advantages = masked_whiten(advantages, mask, all_reduce=all_reduce, std_eps=std_eps)
     if advantages.ndim == 3:  # action level: advantages of unexecuted actions are meaningless
         advantages = advantages * action_mask
     return advantages

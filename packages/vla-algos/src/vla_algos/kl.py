@@ -7,7 +7,9 @@ import torch
 
 from vla_algos._checks import check_float, check_same_shape
 
-KL_KINDS = ("k1", "k2", "k3", "abs")
+KL_KINDS = ("k1", "k2", "k3", "abs", "kl", "mse", "low_var_kl")
+# the names the reference framework's configs use for the same estimators
+KL_ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> torch.Tensor:
@@ -17,8 +19,11 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> 
 
     - ``k1``: ``d`` (unbiased, can be negative)
     - ``k2``: ``d ** 2 / 2`` (biased, low variance)
-    - ``k3``: ``exp(-d) - 1 + d`` (unbiased, >= 0; verl's ``low_var_kl`` without clamping)
+    - ``k3``: ``exp(-d) - 1 + d`` (unbiased, >= 0), with ``-d`` clamped to [-20, 20] and the result to at most
+      10, as verl's and the reference framework's ``low_var_kl`` (the clamps only act on far-off samples)
     - ``abs``: ``|d|``
+
+    ``kl``, ``mse`` and ``low_var_kl`` are the reference framework's names of ``k1``, ``k2`` and ``k3``.
 
     Args:
         logp: ``[*S]`` log-probs under the current policy.
@@ -33,12 +38,14 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, kind: str = "k3") -> 
     check_float(fn, "ref_logp", ref_logp)
     check_same_shape(fn, "logp", logp, ref_logp=ref_logp)
     diff = logp - ref_logp
+    kind = KL_ALIASES.get(kind, kind)
     if kind == "k1":
         return diff
     if kind == "k2":
         return 0.5 * diff.square()
     if kind == "k3":
-        return torch.expm1(-diff) + diff
+        neg = torch.clamp(-diff, min=-20.0, max=20.0)
+        return torch.clamp(torch.expm1(neg) - neg, max=10.0)
     if kind == "abs":
         return diff.abs()
     raise ValueError(f"{fn}: unknown `kind` {kind!r}; valid: {', '.join(KL_KINDS)}")

@@ -83,6 +83,7 @@ def masked_whiten(
     *,
     shift_mean: bool = True,
     eps: float = 1e-8,
+    std_eps: float | None = None,
     all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Normalise ``x`` by the mean and (unbiased) standard deviation of its masked entries.
@@ -92,6 +93,8 @@ def masked_whiten(
         mask: ``[*S]`` or a leading part of it; None means all entries.
         shift_mean: subtract the mean (False: only divide by the std, keeping the mean).
         eps: added to the variance before the square root.
+        std_eps: divide by ``std + std_eps`` instead of ``sqrt(var + eps)`` (the reference framework's
+            ``safe_normalize`` uses 1e-5). None: ``sqrt(var + eps)``.
         all_reduce: sums a float64 tensor over the processes that each hold a part of the data (data-parallel
             ranks); the mean and variance are then those of every part's masked entries together. None: this
             process holds all of it.
@@ -108,7 +111,10 @@ def masked_whiten(
         if stats is None:  # no masked entry on any process: nothing to whiten with
             return x
         mean, var = stats
-    whitened = (x - mean) * torch.rsqrt(var + eps)
+    if std_eps is None:
+        whitened = (x - mean) * torch.rsqrt(var + eps)
+    else:
+        whitened = (x - mean) / (torch.sqrt(var) + std_eps)
     if not shift_mean:
         whitened = whitened + mean
     return whitened

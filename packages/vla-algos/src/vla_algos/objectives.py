@@ -26,6 +26,8 @@ def actor_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     dual_clip: float | None = None,
+    clip_log_ratio_min: float | None = None,
+    clip_log_ratio_max: float | None = None,
     entropy: torch.Tensor | None = None,
     entropy_mask: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
@@ -47,8 +49,8 @@ def actor_loss(
     accepted and ignored.
 
     Args:
-        logprobs, old_logprobs, advantages, mask, clip_ratio_low, clip_ratio_high, dual_clip: as
-            :func:`vla_algos.ppo_actor_loss` (``mask`` may hold float loss weights).
+        logprobs, old_logprobs, advantages, mask, clip_ratio_low, clip_ratio_high, dual_clip, clip_log_ratio_min,
+            clip_log_ratio_max: as :func:`vla_algos.ppo_actor_loss` (``mask`` may hold float loss weights).
         entropy: per-entry entropy (with grad) for the bonus and the ``actor/entropy_loss`` metric, or None.
         entropy_mask: mask of ``entropy`` (as :func:`vla_algos.entropy_loss`).
         entropy_coef: weight of the entropy bonus (subtracted).
@@ -78,6 +80,8 @@ def actor_loss(
         clip_ratio_low=clip_ratio_low,
         clip_ratio_high=clip_ratio_high,
         dual_clip=dual_clip,
+        clip_log_ratio_min=clip_log_ratio_min,
+        clip_log_ratio_max=clip_log_ratio_max,
     )
     if policy_scale is not None:
         loss = loss * policy_scale
@@ -110,6 +114,8 @@ def actor_critic_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     dual_clip: float | None = None,
+    clip_log_ratio_min: float | None = None,
+    clip_log_ratio_max: float | None = None,
     entropy: torch.Tensor | None = None,
     entropy_mask: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
@@ -156,6 +162,8 @@ def actor_critic_loss(
         clip_ratio_low=clip_ratio_low,
         clip_ratio_high=clip_ratio_high,
         dual_clip=dual_clip,
+        clip_log_ratio_min=clip_log_ratio_min,
+        clip_log_ratio_max=clip_log_ratio_max,
         entropy=entropy,
         entropy_mask=entropy_mask,
         entropy_coef=entropy_coef,

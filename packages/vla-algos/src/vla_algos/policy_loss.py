@@ -17,6 +17,8 @@ def ppo_actor_loss(
     clip_ratio_low: float,
     clip_ratio_high: float,
     dual_clip: float | None = None,
+    clip_log_ratio_min: float | None = None,
+    clip_log_ratio_max: float | None = None,
     check_finite: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip surrogate loss, averaged over the masked entries.
@@ -36,6 +38,8 @@ def ppo_actor_loss(
         clip_ratio_low: ``eps_low`` in [0, 1): ratio floor ``1 - eps_low``.
         clip_ratio_high: ``eps_high`` >= 0: ratio ceiling ``1 + eps_high`` (clip-higher: 0.28 vs 0.2).
         dual_clip: ``c > 1`` or None.
+        clip_log_ratio_min, clip_log_ratio_max: bounds of ``logprobs - old_logprobs`` before the exponential (None:
+            unbounded): a far-off log-prob cannot overflow the ratio; outside the bounds the entry gets no gradient.
         check_finite: raise ``ValueError`` on NaN/inf in any input.
 
     Returns:
@@ -62,10 +66,21 @@ def ppo_actor_loss(
         raise ValueError(f"{fn}: `clip_ratio_high` must be >= 0, got {clip_ratio_high!r}")
     if dual_clip is not None and not dual_clip > 1.0:
         raise ValueError(f"{fn}: `dual_clip` must be > 1 or None, got {dual_clip!r}")
+    if (
+        clip_log_ratio_min is not None
+        and clip_log_ratio_max is not None
+        and not clip_log_ratio_min <= clip_log_ratio_max
+    ):
+        raise ValueError(
+            f"{fn}: `clip_log_ratio_min` ({clip_log_ratio_min!r}) must be <= `clip_log_ratio_max` "
+            f"({clip_log_ratio_max!r})"
+        )
     if check_finite:
         check_finite_where(fn, mask, logprobs=logprobs, old_logprobs=old_logprobs, advantages=adv)
 
     log_ratio = logprobs - old_logprobs
+    if clip_log_ratio_min is not None or clip_log_ratio_max is not None:
+        log_ratio = torch.clamp(log_ratio, min=clip_log_ratio_min, max=clip_log_ratio_max)
     ratio = torch.exp(log_ratio)
     clipped_ratio = torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     loss_unclipped = -adv * ratio

@@ -3,9 +3,10 @@ the name up instead of branching on it.
 
 Each entry states what a trainer must provide, so the trainer asks the entry, never the name:
 
-- an advantage estimator (:mod:`vla_algos.estimators`) says whether it ``needs_values`` (a critic) and
-  whether it scores ``grouped_starts`` (groups of ``group_size`` envs reset to one start state, one episode
-  each: the rollout may stop once every env's first episode ended);
+- an advantage estimator (:mod:`vla_algos.estimators`) says whether it ``needs_values`` (a critic), whether
+  it scores ``grouped_starts`` (groups of ``group_size`` envs reset to one start state, one episode each: the
+  rollout may stop once every env's first episode ended) and whether its advantages come ``group_normalized``
+  (already divided by their group's std: rollout-wide whitening is not applied to them again);
 - a policy loss (:mod:`vla_algos.objectives`) says whether it ``uses_critic`` (values, returns);
 - a loss aggregation mode (:mod:`vla_algos.aggregation`) maps ``(loss_mask, done)`` to per-decision weights.
 
@@ -31,6 +32,7 @@ class AdvantageEstimator:
     fn: Callable[..., Any]
     needs_values: bool = False
     grouped_starts: bool = False
+    group_normalized: bool = False
 
     def __call__(self, **kwargs: Any) -> Any:
         return self.fn(**kwargs)
@@ -50,7 +52,7 @@ class PolicyLoss:
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "gae": AdvantageEstimator("gae", gae_estimator, needs_values=True),
-    "grpo": AdvantageEstimator("grpo", grpo_estimator, grouped_starts=True),
+    "grpo": AdvantageEstimator("grpo", grpo_estimator, grouped_starts=True, group_normalized=True),
 }
 POLICY_LOSSES: dict[str, PolicyLoss] = {
     "actor_critic": PolicyLoss("actor_critic", actor_critic_loss, uses_critic=True),
@@ -88,7 +90,8 @@ def get_policy_loss(name: str) -> PolicyLoss:
 
 def get_loss_agg_mode(name: str) -> Callable[..., Any]:
     """The weighting registered as ``name`` (``loss_agg_mode``): ``token-mean`` or ``seq-mean-token-mean``
-    built in; ``fn(loss_mask [T, B], done [T, B]) -> weights [T, B] or None``.
+    built in; ``fn(loss_mask [T, B], done [T, B], *, entries=[T, B] or None) -> weights [T, B] or None`` (the weight
+    of each loss entry of a decision; ``entries``: loss entries per decision, :mod:`vla_algos.aggregation`).
 
     Raises:
         ValueError: unknown name (the message lists the valid ones).
@@ -104,7 +107,12 @@ def _check_new(registry: dict[str, Any], kind: str, name: str) -> None:
 
 
 def register_advantage_estimator(
-    name: str, fn: Callable[..., Any], *, needs_values: bool = False, grouped_starts: bool = False
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    needs_values: bool = False,
+    grouped_starts: bool = False,
+    group_normalized: bool = False,
 ) -> None:
     """Add an advantage estimator under a new ``adv_type`` name (existing names cannot be replaced).
 
@@ -112,7 +120,7 @@ def register_advantage_estimator(
     :class:`vla_algos.EstimatedAdvantages`.
     """
     _check_new(ADVANTAGE_ESTIMATORS, "adv_type", name)
-    ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_values, grouped_starts)
+    ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_values, grouped_starts, group_normalized)
 
 
 def register_policy_loss(name: str, fn: Callable[..., Any], *, uses_critic: bool = False) -> None:

@@ -66,7 +66,9 @@ def task_grouping(env_type: str, tasks: Sequence[str]) -> TaskGrouping:
     """The grouping of the reference result table for `tasks` of `env_type`.
 
     MetaWorld: difficulty groups (`vla_envs.metaworld.tasks.DIFFICULTY_GROUPS`, Seo et al., CoRL 2022).
-    LIBERO: the standard suite each task comes from (needs LIBERO installed). Other env types: no groups.
+    LIBERO: the standard suite each task comes from (needs LIBERO installed). ManiSkill's PutOnPlateInScene25
+    tasks: the guides' columns (training setting, Vision, Semantic and Execution out-of-distribution splits;
+    `vla_envs.maniskill.put_on_plate.OOD_SPLITS`). Other env types and tasks: no groups.
 
     Raises:
         ValueError: a task unknown to the env type.
@@ -87,6 +89,13 @@ def task_grouping(env_type: str, tasks: Sequence[str]) -> TaskGrouping:
         groups = {t: known[t].suite for t in tasks}
         order = [s for s in LIBERO_SUITE_LABELS if s in groups.values()]
         return TaskGrouping(groups, order, {s: LIBERO_SUITE_LABELS[s] for s in order})
+    if env_type == "maniskill":
+        from vla_envs.maniskill.put_on_plate import SPLIT_LABELS, SPLIT_OF
+
+        if tasks and all(t in SPLIT_OF for t in tasks):  # the guides' PutOnPlateInScene25 splits
+            groups = {t: SPLIT_OF[t] for t in tasks}
+            order = [g for g in SPLIT_LABELS if g in groups.values()]
+            return TaskGrouping(groups, order, {g: SPLIT_LABELS[g] for g in order})
     return TaskGrouping()
 
 

@@ -220,10 +220,11 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
                 f"env.train.group_size={tc.env_train.group_size!r} is invalid: must equal "
                 f"algorithm.group_size={algo.group_size!r} (envs of one group share a start state)"
             )
-        if algo.gamma <= 0.0:
+        if algo.gamma <= 0.0 and algo.discount_scores:
             errors.append(
-                f"algorithm.gamma={algo.gamma!r} is invalid with algorithm.adv_type='grpo': the episode score is "
-                "the sum of gamma**t * reward, which needs gamma in (0, 1] (1: plain sum)"
+                f"algorithm.gamma={algo.gamma!r} is invalid with algorithm.adv_type='grpo' and "
+                "algorithm.discount_scores=true: the episode score is the sum of gamma**t * reward, which needs gamma "
+                "in (0, 1] (1: plain sum)"
             )
         if tc.env_train.auto_reset:
             errors.append(

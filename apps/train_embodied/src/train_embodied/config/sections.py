@@ -22,7 +22,8 @@ MODEL_SIZES = ("tiny", "full")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
 PER_TASK_ADVANTAGES = ("none", "center", "whiten")
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
-KL_PENALTIES = ("k1", "k2", "k3", "abs")  # vla_algos.KL_KINDS
+KL_PENALTIES = ("k1", "k2", "k3", "abs", "kl", "mse", "low_var_kl")  # vla_algos.KL_KINDS
+ENTROPY_TYPES = ("token_level", "action_level", "chunk_level")
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
 
@@ -166,6 +167,15 @@ class AlgorithmSection:
     target_kl: float | None = None
     critic_warmup_epochs: int = 0
     loss_agg_mode: str = "token-mean"
+    clip_log_ratio_min: float | None = None
+    clip_log_ratio_max: float | None = None
+    entropy_type: str = "token_level"
+    value_type: str = "chunk_level"
+    bootstrap_type: str = "standard"
+    bootstrap_truncated: bool = True
+    normalize_returns: bool = False
+    discount_scores: bool = False
+    whiten_std_eps: float | None = 1e-5
 
     def check(self, prefix: str) -> list[str]:
         errors = one_of(f"{prefix}.adv_type", self.adv_type, ADV_TYPES)
@@ -190,7 +200,8 @@ class AlgorithmSection:
         errors += at_least(f"{prefix}.update_epoch", self.update_epoch, 1)
         errors += at_least(f"{prefix}.rollout_epoch", self.rollout_epoch, 1)
         errors += at_least(f"{prefix}.critic_warmup_epochs", self.critic_warmup_epochs, 0)
-        errors += one_of(f"{prefix}.loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
+        if self.loss_agg_mode != "seq-mean-token-sum":  # refused with its own message below
+            errors += one_of(f"{prefix}.loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
         if self.target_kl is not None:
             errors += above(f"{prefix}.target_kl", self.target_kl, 0.0)
         if self.critic_warmup_epochs > 0 and self.loss_type != "actor_critic":
@@ -221,6 +232,40 @@ class AlgorithmSection:
                 f"{prefix}.loss_type={self.loss_type!r} is invalid with {prefix}.adv_type='gae': "
                 "GAE needs a critic (loss_type=actor_critic)"
             )
+        return errors + self._check_reference_options(prefix)
+
+    def _check_reference_options(self, prefix: str) -> list[str]:
+        """The reference framework's options: each implemented, or refused naming what to set instead."""
+        errors = one_of(f"{prefix}.entropy_type", self.entropy_type, ENTROPY_TYPES)
+        if (
+            self.clip_log_ratio_min is not None
+            and self.clip_log_ratio_max is not None
+            and self.clip_log_ratio_min > self.clip_log_ratio_max
+        ):
+            errors.append(
+                f"{prefix}.clip_log_ratio_min={self.clip_log_ratio_min!r} is invalid: must be <= "
+                f"{prefix}.clip_log_ratio_max={self.clip_log_ratio_max!r}"
+            )
+        if self.value_type != "chunk_level":
+            errors.append(
+                f"{prefix}.value_type={self.value_type!r} is not supported: the value head gives one value per "
+                "decision (chunk_level); action-level GAE (reward_type=action_level) reuses it for every action of "
+                "the chunk"
+            )
+        if self.bootstrap_type != "standard":
+            errors.append(
+                f"{prefix}.bootstrap_type={self.bootstrap_type!r} is not supported: only 'standard' (a timed-out "
+                "episode is bootstrapped from the value of its final observation, a terminated one is not; "
+                f"{prefix}.bootstrap_truncated=false bootstraps neither)"
+            )
+        if self.loss_agg_mode == "seq-mean-token-sum":
+            errors.append(
+                f"{prefix}.loss_agg_mode='seq-mean-token-sum' is not supported: the loss is a weighted mean "
+                "(token-mean or seq-mean-token-mean); the reference framework's embodied actor does not read its "
+                "loss_agg_func either"
+            )
+        if self.whiten_std_eps is not None:
+            errors += above(f"{prefix}.whiten_std_eps", self.whiten_std_eps, 0.0)
         return errors
 
 

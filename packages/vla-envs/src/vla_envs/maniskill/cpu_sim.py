@@ -4,6 +4,8 @@ subprocess workers (`vla_envs.vector.VectorEnv` -> `vla_envs.runner.EnvRunner` -
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -110,7 +112,7 @@ class PutOnPlateSim:
 
     def _obs(self, raw_obs: Any) -> ObsRow:
         return {
-            "images": put_on_plate.frames(raw_obs, self.opts.image_hw)[0],
+            "images": put_on_plate.frames(raw_obs, self.opts.image_hw)[0].cpu().numpy(),
             "wrist_images": None,
             "states": self.base.agent.robot.get_qpos()[0].cpu().numpy().astype(np.float32),
             "task_descriptions": self.instruction,
@@ -142,7 +144,9 @@ class PutOnPlateSim:
         total = 0.0
         success = False
         raw_obs: Any = None
-        act = torch.as_tensor(np.asarray(action, dtype=np.float32)[None])
+        act_np = np.array(action, dtype=np.float32)
+        act_np[6] = put_on_plate.gripper_command(float(act_np[6]), self.opts.gripper_action)
+        act = torch.as_tensor(act_np[None])
         for _ in range(self.cfg.action_repeat):
             raw_obs, _, _, _, info = self.base.step(act)
             reward = float(put_on_plate.step_reward(info, self.opts.reward_mode)[0])
@@ -158,6 +162,50 @@ class PutOnPlateSim:
         self.env.close()
 
 
+class PutOnPlateRow:
+    """One batch row of a set of PutOnPlateInScene25 tasks (e.g. an evaluation split): each reset runs the task
+    of its id (`task_index * num_trials_per_task + trial`); a task's env is built on first use and the last
+    `TASK_CACHE_SIZE` are kept (building another takes 1-3 s after the first in a process).
+
+    Args:
+        cfg: The env config.
+        opts: Resolved options (their `tasks`).
+        first_task: The task built now (the row's task before any reset).
+    """
+
+    TASK_CACHE_SIZE = 2
+
+    def __init__(self, cfg: EnvConfig, opts: ManiSkillOptions, first_task: str) -> None:
+        self.cfg = cfg
+        self.opts = opts
+        self._sims: OrderedDict[str, PutOnPlateSim] = OrderedDict()
+        self.current = self._sim(first_task)
+
+    def _sim(self, task: str) -> PutOnPlateSim:
+        if task in self._sims:
+            self._sims.move_to_end(task)
+            return self._sims[task]
+        while len(self._sims) >= self.TASK_CACHE_SIZE:
+            self._sims.popitem(last=False)[1].close()
+        self._sims[task] = PutOnPlateSim(self.cfg, replace(self.opts, task=task))
+        return self._sims[task]
+
+    def reset(self, reset_state_id: int) -> ObsRow:
+        """Switch to the id's task and start its trial."""
+        self.current = self._sim(self.opts.tasks[int(reset_state_id) // self.cfg.num_trials_per_task])
+        return self.current.reset(reset_state_id)
+
+    def step(self, action: np.ndarray) -> tuple[ObsRow, float, bool, bool]:
+        """Step the current task's env."""
+        return self.current.step(action)
+
+    def close(self) -> None:
+        """Close every cached env."""
+        for sim in self._sims.values():
+            sim.close()
+        self._sims.clear()
+
+
 def build_maniskill_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list[SimEnv]:
     """`SimSpec.builder` entry point: one `ManiSkillSim` (or `PutOnPlateSim`) per row, inside a worker."""
     os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
@@ -165,5 +213,8 @@ def build_maniskill_sims(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> list
     if opts.put_on_plate:  # the asset folders the parent resolved (a forkserver's environment may be older)
         roots = spec.options.get("asset_roots") or put_on_plate.asset_roots(opts.asset_dir)
         put_on_plate.prepare_process(*roots)
+        if len(opts.task_list) > 1:
+            row_tasks = cfg.row_tasks(len(opts.task_list))
+            return [PutOnPlateRow(cfg, opts, opts.task_list[row_tasks[row]]) for row in rows]
         return [PutOnPlateSim(cfg, opts) for _ in rows]
     return [ManiSkillSim(cfg, opts) for _ in rows]

@@ -25,12 +25,16 @@ def make_maniskill_env(cfg: EnvConfig) -> BatchedEnv:
         ImportError: mani-skill is not installed.
     """
     opts = resolve_options(cfg)
-    check_task(
-        opts.task,
-        robot_uids=opts.robot_uids,
-        allow_unlisted=opts.task_description is not None,
-        asset_dir=opts.asset_dir,
-    )
+    if opts.put_on_plate and (opts.sim_backend == "gpu" or cfg.envs_per_worker == 0):
+        # built in this process: point ManiSkill and the task code at the assets before they are imported
+        put_on_plate.prepare_process(*put_on_plate.asset_roots(opts.asset_dir))
+    for task in opts.task_list:
+        check_task(
+            task,
+            robot_uids=opts.robot_uids,
+            allow_unlisted=opts.task_description is not None,
+            asset_dir=opts.asset_dir,
+        )
     if opts.sim_backend == "gpu":
         import torch
 
@@ -41,9 +45,6 @@ def make_maniskill_env(cfg: EnvConfig) -> BatchedEnv:
             )
         from vla_envs.maniskill.gpu_env import ManiSkillGPUEnv
 
-        if opts.put_on_plate:
-            put_on_plate.prepare_process(*put_on_plate.asset_roots(opts.asset_dir))
-
         return ManiSkillGPUEnv(cfg, opts)
 
     from vla_envs.vector import VectorEnv
@@ -51,7 +52,11 @@ def make_maniskill_env(cfg: EnvConfig) -> BatchedEnv:
 
     low, high = opts.action_bounds
     spec = SimSpec(
-        builder=CPU_BUILDER, action_dim=opts.action_dim, action_low=low, action_high=high, tasks=[opts.task]
+        builder=CPU_BUILDER,
+        action_dim=opts.action_dim,
+        action_low=low,
+        action_high=high,
+        tasks=opts.task_list,
     )
     if opts.put_on_plate:
         spec.options["asset_roots"] = tuple(str(p) for p in put_on_plate.asset_roots(opts.asset_dir))

@@ -28,6 +28,7 @@ import numpy as np
 from vla_envs.base import BatchedEnv, Obs, StepResult
 from vla_envs.config import EnvConfig
 from vla_envs.episodes import EpisodeTracker
+from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.cpu_sim import instruction_for, reset_seed
 from vla_envs.maniskill.observations import batch_obs
 from vla_envs.maniskill.options import ManiSkillOptions
@@ -73,15 +74,25 @@ class ManiSkillGPUEnv(BatchedEnv):
         self.opts = opts
         self.num_envs = cfg.num_envs
         self.action_dim = opts.action_dim
-        self.action_low = -np.ones(self.action_dim, dtype=np.float32)
-        self.action_high = np.ones(self.action_dim, dtype=np.float32)
+        self.action_low, self.action_high = opts.action_bounds
         self.num_tasks = 1
         self.num_reset_states = cfg.num_trials_per_task
-        self.instruction = instruction_for(opts)
+        self.family = opts.put_on_plate  # a PutOnPlateInScene25 task: its instruction, reward, episode ids
+        self.instruction = "" if self.family else instruction_for(opts)
         self.env = make_raw_env(opts.task, **opts.make_kwargs(num_envs=cfg.num_envs))
         self.base = self.env.unwrapped
         self.device = self.base.device
         b = self.num_envs
+        if self.family:
+            self.total_num_trials = int(self.base.total_num_trials)
+            if cfg.num_trials_per_task > self.total_num_trials:
+                raise ValueError(
+                    f"EnvConfig.num_trials_per_task={cfg.num_trials_per_task} is invalid for {opts.task} with "
+                    f"obj_set={opts.obj_set!r}: it has {self.total_num_trials} episode ids; use at most that many"
+                )
+            self._prev_reward = torch.zeros(b, dtype=torch.float32, device=self.device)
+            self._low = torch.as_tensor(self.action_low, device=self.device)
+            self._high = torch.as_tensor(self.action_high, device=self.device)
         self._rng = np.random.default_rng(cfg.seed)
         self._steps = torch.zeros(b, dtype=torch.int64, device=self.device)  # steps since reset (time limit)
         self.episodes = EpisodeTracker(b, auto_reset=cfg.auto_reset, merge=_merge_rows)
@@ -89,7 +100,30 @@ class ManiSkillGPUEnv(BatchedEnv):
 
     # ------------------------------------------------------------------ helpers
     def _obs(self, raw_obs: Any) -> Obs:
+        import torch
+
+        if self.family:
+            return {
+                "images": put_on_plate.frames(raw_obs, self.opts.image_hw),
+                "wrist_images": None,
+                "states": self.base.agent.robot.get_qpos().to(torch.float32),
+                "task_descriptions": [str(t) for t in self.base.get_language_instruction()],
+            }
         return batch_obs(self.base, raw_obs, self.opts, self.instruction)
+
+    def _reset_family_rows(self, rows: np.ndarray, ids: np.ndarray) -> Any:
+        """Reset `rows` of a PutOnPlateInScene25 task to the episode ids of their reset_state_ids (one partial
+        reset; equal ids give equal episode ids, hence equal starts)."""
+        import torch
+
+        n = self.cfg.num_trials_per_task
+        episodes = put_on_plate.episode_ids(ids % n, n, self.total_num_trials)
+        env_idx = torch.as_tensor(rows, device=self.device)
+        raw_obs, _ = self.base.reset(
+            options={"env_idx": env_idx, "episode_id": torch.as_tensor(episodes, device=self.device)}
+        )
+        self._prev_reward[env_idx] = 0.0
+        return raw_obs
 
     def _draw_ids(self, n: int) -> np.ndarray:  # reset_state_ids for same-start groups
         return self._rng.integers(0, self.num_reset_states, size=n)
@@ -97,6 +131,9 @@ class ManiSkillGPUEnv(BatchedEnv):
     def _reset_rows_to_ids(self, rows: np.ndarray, ids: np.ndarray) -> Any:
         """Reset `rows` so that rows with equal ids get identical starts; returns the raw obs of all envs."""
         import torch
+
+        if self.family:
+            return self._reset_family_rows(rows, ids)
 
         raw_obs: Any = None
         reps: dict[int, int] = {}
@@ -122,6 +159,9 @@ class ManiSkillGPUEnv(BatchedEnv):
         """One partial reset of `rows` with a seed drawn from the env's generator (distinct random starts)."""
         import torch
 
+        if self.family:  # a drawn trial per row, as the reference draws episode ids
+            return self._reset_family_rows(rows, self._draw_ids(len(rows)))
+
         seed = int(self._rng.integers(0, 2**31 - 1))
         env_idx = torch.as_tensor(rows, device=self.device)
         raw_obs, _ = self.base.reset(seed=seed, options={"env_idx": env_idx})
@@ -138,14 +178,20 @@ class ManiSkillGPUEnv(BatchedEnv):
             )
         if not bool(torch.isfinite(acts).all()):
             raise ValueError("actions contain NaN/inf")
+        low = self._low if self.family else -torch.ones(a, device=self.device)
+        high = self._high if self.family else torch.ones(a, device=self.device)
         if self.cfg.action_out_of_range == "error":
-            excess = float((acts.abs() - 1.0).max())
+            excess = float(torch.maximum(low - acts, acts - high).max())
             if excess > self.cfg.action_tolerance:
                 raise ValueError(
-                    f"an action is outside the action range [-1, 1] by {excess:.4f} > action_tolerance="
+                    f"an action is outside the action range [{self.action_low.tolist()}, "
+                    f"{self.action_high.tolist()}] by {excess:.4f} > action_tolerance="
                     f"{self.cfg.action_tolerance} (set action_out_of_range='clip' to clip instead)"
                 )
-        return acts.clamp(-1.0, 1.0)
+        acts = torch.maximum(torch.minimum(acts, high), low)
+        if self.family and self.opts.gripper_action == "threshold":
+            acts[..., 6] = torch.where(acts[..., 6] > 0.5, 1.0, -1.0)
+        return acts
 
     # ------------------------------------------------------------------ API
     def reset(
@@ -211,6 +257,10 @@ class ManiSkillGPUEnv(BatchedEnv):
         final_obs: Obs | None = None
         for t in range(c):
             raw_obs, reward, _, _, info = self.base.step(acts[:, t])
+            if self.family:
+                step = put_on_plate.step_reward(info, self.opts.reward_mode).to(dev)
+                reward = step - self._prev_reward if self.opts.use_rel_reward else step
+                self._prev_reward = step
             live = ~held & ~ended
             succ = info["success"].to(dev) if "success" in info else torch.zeros_like(live)
             fail = info["fail"].to(dev) if "fail" in info else torch.zeros_like(live)

@@ -6,7 +6,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vla_envs.config import EnvConfig, check_extra_keys
-from vla_envs.maniskill.put_on_plate import ACTION_HIGH, ACTION_LOW, CAMERA, OBJ_SETS, is_put_on_plate
+from vla_envs.maniskill.put_on_plate import (
+    ACTION_HIGH,
+    ACTION_LOW,
+    CAMERA,
+    GRIPPER_ACTIONS,
+    OBJ_SETS,
+    is_put_on_plate,
+)
 
 SIM_BACKENDS = ("cpu", "gpu")
 REWARD_MODES = ("sparse", "dense", "normalized_dense")
@@ -28,9 +35,10 @@ EXTRA_KEYS = (
     "obj_set",
     "use_rel_reward",
     "asset_dir",
+    "gripper_action",
 )
 # Keys only the PutOnPlateInScene25 tasks read (see vla_envs.maniskill.put_on_plate).
-PUT_ON_PLATE_KEYS = ("obj_set", "use_rel_reward", "asset_dir")
+PUT_ON_PLATE_KEYS = ("obj_set", "use_rel_reward", "asset_dir", "gripper_action")
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -60,6 +68,9 @@ class ManiSkillOptions:
         use_rel_reward: PutOnPlateInScene25 tasks: reward = change of the per-step reward since the last step.
         asset_dir: PutOnPlateInScene25 tasks: the folder holding data/ and carrot/ (sets MS_ASSET_DIR and
             MANISKILL_ASSET_DIR in the process that builds the env); None: the environment's variables.
+        tasks: PutOnPlateInScene25 tasks: every task of a `task_set` (rows switch between them; CPU backend).
+        gripper_action: PutOnPlateInScene25 tasks: "threshold" (the reference's widowx_bridge policy setup:
+            the 7th action in [0, 1], above 0.5 opens, else closes) or "signed" (the controller's [-1, 1]).
     """
 
     task: str
@@ -77,6 +88,13 @@ class ManiSkillOptions:
     obj_set: str = "train"
     use_rel_reward: bool = True
     asset_dir: str | None = None
+    gripper_action: str = "threshold"
+    tasks: tuple[str, ...] = ()
+
+    @property
+    def task_list(self) -> list[str]:
+        """Every task of the env: `tasks` (a PutOnPlateInScene25 set), else [task]."""
+        return list(self.tasks) or [self.task]
 
     @property
     def put_on_plate(self) -> bool:
@@ -94,7 +112,10 @@ class ManiSkillOptions:
         import numpy as np
 
         if self.put_on_plate:
-            return ACTION_LOW.copy(), ACTION_HIGH.copy()
+            low, high = ACTION_LOW.copy(), ACTION_HIGH.copy()
+            if self.gripper_action == "threshold":
+                low[6] = 0.0
+            return low, high
         return -np.ones(self.action_dim, dtype=np.float32), np.ones(self.action_dim, dtype=np.float32)
 
     @property
@@ -144,12 +165,19 @@ def resolve_options(cfg: EnvConfig) -> ManiSkillOptions:
     """
     extra = dict(cfg.extra)
     check_extra_keys(extra, EXTRA_KEYS, "maniskill")
+    tasks: tuple[str, ...] = ()
     if cfg.task_set is not None:
-        if isinstance(cfg.task_set, str) or len(cfg.task_set) != 1:
+        several = not isinstance(cfg.task_set, str) and len(cfg.task_set) > 1
+        if several and all(is_put_on_plate(str(t)) for t in cfg.task_set):
+            tasks = tuple(str(t) for t in cfg.task_set)  # rows switch between these envs (CPU backend)
+            if len(set(tasks)) != len(tasks):
+                _fail("task_set", cfg.task_set, "distinct PutOnPlateInScene25 task ids")
+        elif isinstance(cfg.task_set, str) or len(cfg.task_set) != 1:
             _fail(
                 "task_set",
                 cfg.task_set,
-                "ManiSkill runs one task per env; set task='PickCube-v1' (or a one-item list)",
+                "ManiSkill runs one task per env; set task='PickCube-v1' (or a one-item list); only the "
+                "PutOnPlateInScene25 tasks form a set (CPU backend), e.g. the guides' evaluation splits",
             )
         task = cfg.task_set[0]
     else:
@@ -160,7 +188,13 @@ def resolve_options(cfg: EnvConfig) -> ManiSkillOptions:
     if sim_backend not in SIM_BACKENDS:
         _fail("extra['sim_backend']", sim_backend, f"one of {SIM_BACKENDS}")
     if is_put_on_plate(task):
-        return _resolve_put_on_plate(cfg, task, extra, sim_backend)
+        if len(tasks) > 1 and sim_backend != "cpu":
+            _fail(
+                "task_set",
+                list(tasks),
+                "one task with sim_backend='gpu' (one batched env); use 'cpu' for a set",
+            )
+        return _resolve_put_on_plate(cfg, task, extra, sim_backend, tasks or (task,))
     for key in PUT_ON_PLATE_KEYS:
         if key in extra:
             _fail(
@@ -212,7 +246,7 @@ def resolve_options(cfg: EnvConfig) -> ManiSkillOptions:
 
 
 def _resolve_put_on_plate(
-    cfg: EnvConfig, task: str, extra: dict[str, Any], sim_backend: str
+    cfg: EnvConfig, task: str, extra: dict[str, Any], sim_backend: str, tasks: tuple[str, ...]
 ) -> ManiSkillOptions:
     """Settings of the PutOnPlateInScene25 tasks: their own camera, robot, controller and reward."""
     if extra.get("control_mode") is not None:
@@ -252,10 +286,19 @@ def _resolve_put_on_plate(
     asset_dir = extra.get("asset_dir")
     if asset_dir is not None and (not isinstance(asset_dir, str) or not asset_dir):
         _fail("extra['asset_dir']", asset_dir, "a folder holding data/ and carrot/, or null")
+    gripper_action = extra.get("gripper_action", "threshold")
+    if gripper_action not in GRIPPER_ACTIONS:
+        _fail(
+            "extra['gripper_action']",
+            gripper_action,
+            "'threshold' (action in [0, 1], > 0.5 opens: the reference's widowx_bridge setup) or 'signed' ([-1, 1])",
+        )
     env_kwargs = extra.get("env_kwargs", {})
     if not isinstance(env_kwargs, dict):
         _fail("extra['env_kwargs']", env_kwargs, "a dict of keyword arguments for gym.make")
     return ManiSkillOptions(
+        gripper_action=gripper_action,
+        tasks=tasks,
         task=task,
         sim_backend=sim_backend,
         control_mode="pd_ee_target_delta_pose",  # unused: the task's own controller is kept

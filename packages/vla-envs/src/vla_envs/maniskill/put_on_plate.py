@@ -21,7 +21,10 @@ Semantics follow the reference's env wrapper (`rlinf/envs/maniskill/maniskill_en
       steps + 1.0 x success while grasped, the grasp flags as the task reports them: held once in the episode),
       "sparse" = the wrapper's "only_success" (1.0 x success); with `use_rel_reward` the change since the
       previous step (0 before the first step), as the guides' configs set it;
-    * success = the task's `evaluate()["success"]`; termination = success (the task defines no failure).
+    * success = the task's `evaluate()["success"]`; termination = success (the task defines no failure);
+    * action: 7-D end-effector target deltas (metres, radians) and the gripper, which with `gripper_action`
+      "threshold" is mapped as the reference's widowx_bridge policy setup does (a value in [0, 1], above 0.5
+      opens: +1, else closes: -1), so that checkpoints de-normalised with the bridge statistics act as there.
 """
 
 from __future__ import annotations
@@ -81,6 +84,14 @@ SPLIT_OF: dict[str, str] = {
     **{t: "single" for t in OTHER_TASKS},
 }
 PUT_ON_PLATE_TASKS = tuple(SPLIT_OF)
+# Column titles of the guides' ManiSkill3 table, in its order (the evaluation tables' groups).
+SPLIT_LABELS = {
+    "train": "Training setting (IND)",
+    "vision": "Vision (OOD)",
+    "semantic": "Semantic (OOD)",
+    "execution": "Execution (OOD)",
+    "single": "Single scene",
+}
 
 CAMERA = "3rd_view_camera"
 RENDER_HW = (480, 640)  # the task asserts this sensor size; `image_size` is a resize of it
@@ -91,6 +102,7 @@ STATE_DIM = 8  # WidowX joint positions: 6 arm joints + 2 fingers
 ACTION_LOW = np.array([-1.0, -1.0, -1.0, -math.pi / 2, -math.pi / 2, -math.pi / 2, -1.0], dtype=np.float32)
 ACTION_HIGH = -ACTION_LOW
 OBJ_SETS = ("train", "test", "all")
+GRIPPER_ACTIONS = ("threshold", "signed")
 # Object counts the task code asserts, and the variants that need every plate.
 NUM_CARROTS, NUM_PLATES, NUM_OVERLAYS = 25, 17, 21
 ALL_PLATES_TASKS = ("PutOnPlateInScene25Plate-v1", "PutOnPlateInScene25MultiPlate-v1")
@@ -254,29 +266,33 @@ def episode_ids(trials: np.ndarray, num_trials_per_task: int, total_num_trials: 
     ).reshape(trials.shape)
 
 
-def frames(raw_obs: Any, image_hw: tuple[int, int]) -> np.ndarray:
-    """uint8 [n, H, W, 3]: the overlaid 3rd-view frames, resized (PIL bilinear, antialiased) when needed."""
-    rgb = raw_obs["sensor_data"][CAMERA]["rgb"]
-    arr = rgb.cpu().numpy() if hasattr(rgb, "cpu") else np.asarray(rgb)
-    arr = arr.astype(np.uint8, copy=False)
+def frames(raw_obs: Any, image_hw: tuple[int, int]) -> Any:
+    """uint8 torch [n, H, W, 3] on the render device: the overlaid 3rd-view frames, resized when needed
+    (bilinear with antialiasing, rounded; the same on both backends)."""
+    import torch
+
+    rgb = raw_obs["sensor_data"][CAMERA]["rgb"].to(torch.uint8)
     h, w = image_hw
-    if arr.shape[1:3] == (h, w):
-        return np.ascontiguousarray(arr)
-    from PIL import Image
+    if tuple(rgb.shape[1:3]) == (h, w):
+        return rgb
+    x = rgb.permute(0, 3, 1, 2).float()
+    x = torch.nn.functional.interpolate(x, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
+    return x.round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
 
-    return np.stack([np.asarray(Image.fromarray(a).resize((w, h), Image.BILINEAR)) for a in arr])
 
-
-def step_reward(info: dict[str, Any], reward_mode: str) -> np.ndarray:
-    """float32 [n]: the reference wrapper's per-step reward before `use_rel_reward` ("dense": its default
-    grasp-shaped reward; "sparse": its "only_success")."""
-
-    def flag(key: str) -> np.ndarray:
-        value = info[key]
-        return (value.cpu().numpy() if hasattr(value, "cpu") else np.asarray(value)).astype(bool).reshape(-1)
-
-    success = flag("success")
+def step_reward(info: dict[str, Any], reward_mode: str) -> Any:
+    """float32 torch [n] on the info's device: the reference wrapper's per-step reward before `use_rel_reward`
+    ("dense": its default grasp-shaped reward; "sparse": its "only_success")."""
+    success = info["success"].bool().reshape(-1)
     if reward_mode == "sparse":
-        return success.astype(np.float32)
-    grasped = flag("is_src_obj_grasped")
-    return (0.1 * grasped + 0.1 * flag("consecutive_grasp") + 1.0 * (success & grasped)).astype(np.float32)
+        return success.float()
+    grasped = info["is_src_obj_grasped"].bool().reshape(-1)
+    held = info["consecutive_grasp"].bool().reshape(-1)
+    return 0.1 * grasped.float() + 0.1 * held.float() + 1.0 * (success & grasped).float()
+
+
+def gripper_command(value: float, gripper_action: str) -> float:
+    """The controller's gripper input (-1 closed ... +1 open) for the policy's 7th action value."""
+    if gripper_action == "threshold":
+        return 1.0 if value > 0.5 else -1.0
+    return float(value)

@@ -17,7 +17,7 @@ from typing import Any
 
 from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.put_on_plate import is_put_on_plate
-from vla_envs.maniskill.tasks import TASKS
+from vla_envs.maniskill.tasks import TASKS, list_maniskill_tasks
 
 INSTALL_HELP = "install it with `pip install 'vla-envs[maniskill]'` (mani-skill, plus numpy<2 for mplib)"
 
@@ -114,7 +114,7 @@ def check_task(
     from mani_skill import ASSET_DIR
     from mani_skill.utils.registration import REGISTERED_ENVS
 
-    supported = sorted(TASKS)
+    supported = list_maniskill_tasks()
     if env_id not in REGISTERED_ENVS:
         raise ValueError(f"task={env_id!r} is not a registered ManiSkill env; supported tasks: {supported}")
     missing = _missing_assets(env_id, robot_uids)
@@ -124,7 +124,7 @@ def check_task(
             f"with network access run `python -m mani_skill.utils.download_asset {' '.join(missing)}` (or "
             f"`python -m mani_skill.utils.download_asset {env_id}`), then copy the data directory here and point "
             "MS_ASSET_DIR at its parent (default ~/.maniskill). Tasks that need no download: "
-            f"{supported}"
+            f"{sorted(TASKS)}"
         )
     if env_id not in TASKS and not allow_unlisted:
         raise ValueError(

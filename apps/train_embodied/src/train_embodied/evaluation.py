@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from vla_envs import reset_state_ids, split_reset_state_ids
+
 
 def held_out_reset_ids(
     num_episodes: int, *, num_tasks: int, trials_per_task: int, trial_offset: int
@@ -24,7 +26,7 @@ def held_out_reset_ids(
             f"env.eval needs num_trials_per_task > {int(trial.max())} for {num_episodes} held-out episodes "
             f"from trial {trial_offset}"
         )
-    return (k % num_tasks) * trials_per_task + trial
+    return reset_state_ids(k % num_tasks, trial, trials_per_task)
 
 
 def evaluate(
@@ -83,9 +85,10 @@ def evaluate(
     return means, per_episode
 
 
-def episode_tasks(reset_state_ids: np.ndarray, tasks: list[str], trials_per_task: int) -> list[str]:
-    """Task name of each episode (reset_state_id = task index * trials_per_task + trial)."""
-    return [tasks[int(i) // trials_per_task] for i in reset_state_ids]
+def episode_tasks(ids: np.ndarray, tasks: list[str], trials_per_task: int) -> list[str]:
+    """Task name of each episode of reset-state `ids` (`vla_envs.split_reset_state_ids`)."""
+    task_index, _ = split_reset_state_ids(ids, trials_per_task)
+    return [tasks[int(i)] for i in task_index]
 
 
 def eval_table_metrics(table: dict[str, Any], suffix: str = "") -> dict[str, float]:

@@ -37,7 +37,7 @@ from train_embodied.seeds import stream_seed
 from train_embodied.trajectories import rollout_rows, rollout_shard
 from train_embodied.update import lr_decay_scale
 from vla_algos import get_advantage_estimator, get_policy_loss
-from vla_envs import TaskGrouping, evaluation_table, format_evaluation_tables
+from vla_envs import TaskGrouping, evaluation_table, format_evaluation_tables, reset_state_ids
 
 
 def set_torch_threads(num_threads: int) -> None:
@@ -94,7 +94,7 @@ def group_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
     if num_tasks > 1:  # one task: the draw above is the whole start, as it always was
         first = int(rng.integers(0, num_tasks)) if num_groups % num_tasks else 0
         tasks = (first + np.arange(num_groups)) % num_tasks
-        trials = tasks * trials_per_task + trials
+        trials = reset_state_ids(tasks, trials, trials_per_task)
     return np.repeat(trials, g)
 
 
@@ -107,7 +107,7 @@ def train_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
     env = tc.env_train
     rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.TRAIN_RESET, *key))
     trials = rng.integers(0, env.num_trials_per_task, size=env.num_envs)
-    ids = env.replace(first_row=0).row_tasks(num_tasks) * env.num_trials_per_task + trials
+    ids = reset_state_ids(env.replace(first_row=0).row_tasks(num_tasks), trials, env.num_trials_per_task)
     if env.use_fixed_reset_state_ids:
         ids = np.repeat(ids[:: env.group_size], env.group_size)
     return ids

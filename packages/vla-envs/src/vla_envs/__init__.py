@@ -22,6 +22,7 @@ from vla_envs.evaluation import TaskGrouping, evaluation_table, format_evaluatio
 from vla_envs.factory import make_env
 from vla_envs.gl import configure_mujoco_gl
 from vla_envs.registry import list_env_types, list_tasks, register_env_type
+from vla_envs.reset_ids import reset_state_ids, split_reset_state_ids
 from vla_envs.workers import SimulatorUnavailable
 
 __version__ = "0.1.0"
@@ -53,7 +54,9 @@ __all__ = [
     "make_env",
     "merge_obs_rows",
     "register_env_type",
+    "reset_state_ids",
     "select_obs_rows",
+    "split_reset_state_ids",
     "stack_obs",
     "task_grouping",
 ]

@@ -27,6 +27,7 @@ import numpy as np
 from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, select_obs_rows
 from vla_envs.config import EnvConfig
 from vla_envs.episodes import EpisodeTracker
+from vla_envs.reset_ids import reset_state_ids, split_reset_state_ids
 from vla_envs.sim import SimSpec
 from vla_envs.video import EpisodeVideoRecorder
 from vla_envs.workers import LocalWorker, ProcessWorker, SimulatorUnavailable, WorkerDied, WorkerError
@@ -79,7 +80,7 @@ class VectorEnv(BatchedEnv):
         # task index each row currently runs: the tasks go round the whole batch of all ranks / stages
         self._row_task = cfg.row_tasks(self.num_tasks)
         # each row's last reset id: a restarted worker's rows start again from it when auto_reset=False
-        self._reset_ids = self._row_task.astype(np.int64) * cfg.num_trials_per_task
+        self._reset_ids = reset_state_ids(self._row_task, 0, cfg.num_trials_per_task)
         # episode counters and held rows; the workers apply the autoreset to the observations
         self.episodes = EpisodeTracker(self.num_envs, auto_reset=cfg.auto_reset)
         self._closed = False
@@ -117,12 +118,12 @@ class VectorEnv(BatchedEnv):
     def describe_reset_state(self, reset_state_id: int) -> tuple[str, int]:
         """(task name, trial index) of a reset_state_id."""
         self._check_ids(np.full(self.num_envs, int(reset_state_id)))
-        task_index, trial = divmod(int(reset_state_id), self.cfg.num_trials_per_task)
-        return self.tasks[task_index], trial
+        task_index, trial = split_reset_state_ids(int(reset_state_id), self.cfg.num_trials_per_task)
+        return self.tasks[int(task_index)], int(trial)
 
     def _draw_ids(self, rows: np.ndarray) -> np.ndarray:
         trials = self._rng.integers(0, self.cfg.num_trials_per_task, size=len(rows))
-        return self._row_task[rows] * self.cfg.num_trials_per_task + trials
+        return reset_state_ids(self._row_task[rows], trials, self.cfg.num_trials_per_task)
 
     def _check_ids(self, reset_state_ids: Sequence[int] | np.ndarray) -> np.ndarray:
         ids = np.asarray(reset_state_ids)

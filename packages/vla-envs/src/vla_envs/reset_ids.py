@@ -1,0 +1,41 @@
+"""The reset-state id codec: one integer names a (task, trial) start, `id = task_index * trials_per_task + trial`.
+
+Every adapter, the trainer's start draws and the evaluation tables use these two functions, so the layout of an
+id is defined once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["reset_state_ids", "split_reset_state_ids"]
+
+
+def reset_state_ids(
+    task_index: np.ndarray | int, trial: np.ndarray | int, trials_per_task: int
+) -> np.ndarray:
+    """int64 ids of (task_index, trial) pairs (broadcast together).
+
+    Raises:
+        ValueError: `trials_per_task` < 1, a negative task index, or a trial outside [0, trials_per_task).
+    """
+    task_index, trial = np.asarray(task_index, dtype=np.int64), np.asarray(trial, dtype=np.int64)
+    if trials_per_task < 1:
+        raise ValueError(f"trials_per_task must be >= 1, got {trials_per_task}")
+    if (task_index < 0).any() or (trial < 0).any() or (trial >= trials_per_task).any():
+        raise ValueError(
+            f"task indices must be >= 0 and trials in [0, {trials_per_task}), got task indices "
+            f"{task_index.min(initial=0)}..{task_index.max(initial=0)} and trials {trial.min(initial=0)}.."
+            f"{trial.max(initial=0)}"
+        )
+    return task_index * trials_per_task + trial
+
+
+def split_reset_state_ids(ids: np.ndarray | int, trials_per_task: int) -> tuple[np.ndarray, np.ndarray]:
+    """(task_index, trial) int64 arrays of reset-state ids (the inverse of `reset_state_ids`)."""
+    if trials_per_task < 1:
+        raise ValueError(f"trials_per_task must be >= 1, got {trials_per_task}")
+    ids = np.asarray(ids, dtype=np.int64)
+    if (ids < 0).any():
+        raise ValueError(f"reset-state ids must be >= 0, got {int(ids.min())}")
+    return np.divmod(ids, trials_per_task)

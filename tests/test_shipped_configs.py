@@ -77,6 +77,22 @@ def _robotwin_overrides(section: str) -> list[str]:
     ]
 
 
+def _maniskill_overrides(section: str) -> list[str]:
+    """Run a PutOnPlateInScene25 section on the reference's task code (package rlinf) with the stand-in assets of
+    scripts/maniskill_standin_assets.py (written once per machine; the script leaves an up-to-date pack alone)."""
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+
+    if importlib.util.find_spec("rlinf") is None:
+        pytest.skip("the PutOnPlateInScene25 task code is not installed (pip install --no-deps rlinf==0.3.0)")
+    pack = Path(tempfile.gettempdir()) / f"vla-maniskill-standin-{os.getuid()}"
+    script = Path(__file__).resolve().parents[1] / "scripts" / "maniskill_standin_assets.py"
+    subprocess.run([sys.executable, str(script), "--out", str(pack)], check=True, timeout=300)
+    return [f"++env.{section}.extra.asset_dir={pack}"]
+
+
 def _cpu_placement(placement: dict[str, Any]) -> str:
     """The shipped component layout on CPU slots (processes of node 0): a component spread over several GPUs
     gets 2 processes, one on a single GPU 1; the actor gets 1 (a sharded actor needs the Ray backend, covered by
@@ -149,6 +165,8 @@ def shrunk_overrides(name: str) -> list[str]:
     for section, env in (("train", train), ("eval", tc.env_eval)):
         if env.env_type == "robotwin":
             out += _robotwin_overrides(section)
+        if env.env_type == "maniskill" and str(env.task or "").startswith("PutOnPlateInScene25"):
+            out += _maniskill_overrides(section)
     if "metaworld" in train.env_type and train.num_trials_per_task > 1000:
         out.append("env.train.num_trials_per_task=1000")
     return out

@@ -116,6 +116,31 @@ def test_trials_map_to_fixed_spread_episode_ids() -> None:
     np.testing.assert_array_equal(episode_ids(np.arange(5), 3136, 3136), np.arange(5))
 
 
+def test_evaluation_tables_have_the_guides_split_columns() -> None:
+    from vla_envs import evaluation_table, format_evaluation_tables, task_grouping
+
+    tasks = [t for split in OOD_SPLITS.values() for t in split]
+    grouping = task_grouping("maniskill", tasks)
+    assert grouping.order == ["vision", "semantic", "execution"]
+    assert [grouping.labels[g] for g in grouping.order] == [
+        "Vision (OOD)",
+        "Semantic (OOD)",
+        "Execution (OOD)",
+    ]
+    # 2 episodes per task: Vision tasks succeed once, Semantic never, Execution always
+    names = [t for t in tasks for _ in range(2)]
+    success = [
+        {"vision": [1, 0], "semantic": [0, 0], "execution": [1, 1]}[grouping.groups[t]][k]
+        for t in tasks
+        for k in (0, 1)
+    ]
+    table = evaluation_table(names, success, grouping)
+    assert [table["groups"][g]["success_once"] for g in grouping.order] == [0.5, 0.0, 1.0]
+    assert table["avg"] == pytest.approx(0.5) and table["all_tasks"] == pytest.approx((5 * 0.5 + 3) / 13)
+    assert "Execution (OOD)" in format_evaluation_tables({"eval": table})
+    assert task_grouping("maniskill", ["PickCube-v1"]).groups == {}
+
+
 @pytest.mark.parametrize(
     ("extra", "changes", "match"),
     [

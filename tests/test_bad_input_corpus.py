@@ -1,12 +1,21 @@
 """A corpus of malformed user input: each fails before anything is built with exactly one line on stderr that
 names the key (or file), what was given and what is allowed, exit status 2, and no traceback.
 
-Classes: config keys and values, YAML syntax, config files, config groups, env settings, resume folders, model
-folders (missing files, bad JSON, checkpoint settings that contradict the config).
+Classes: config keys and values, YAML syntax, config files, config groups, env settings, run names and log
+paths, resume folders (damaged, another model size, a file that is not what its name says, the pickle-based
+format), model folders (missing files, bad JSON, checkpoint settings that contradict the config, a flipped byte,
+a cut safetensors header, a relabelled dtype, NaN weights, a wrong tensor shape, a config.json of another model,
+a manifest without checksums). A hostile pickle planted in any file of a run's checkpoint runs nothing.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import pickle
+import shutil
+import struct
 import subprocess
 import sys
 import time
@@ -62,6 +71,21 @@ KEY_CASES = [
     ("kl-beta", [CONFIG, "algorithm.kl_beta=-1"], "algorithm.kl_beta=-1.0 is invalid: must be >= 0.0"),
     ("section-given-scalar", [CONFIG, "actor.optim=5"], "actor.optim=5 is invalid: expected a section"),
     ("override-grammar", [CONFIG, "runner.max_epochs=[1,"], "cannot compose config"),
+    (
+        "experiment-name-escapes",
+        [CONFIG, "runner.logger.experiment_name=../../x"],
+        "runner.logger.experiment_name='../../x' is invalid: a run name is one folder name",
+    ),
+    (
+        "experiment-name-absolute",
+        [CONFIG, "runner.logger.experiment_name=/etc"],
+        "experiment_name='/etc' is invalid",
+    ),
+    (
+        "log-path-under-a-file",
+        [CONFIG, "runner.logger.log_path={tmp}/notes.txt/runs"],
+        "notes.txt is not a folder",
+    ),
     ("override-without-value", [CONFIG, "runner.max_epochs"], "Error parsing override 'runner.max_epochs'"),
 ]
 
@@ -178,6 +202,17 @@ RESUME_CASES = [
         [CONFIG, "runner.resume_dir={tmp}/no_manifest"],
         "manifest.json is missing or unreadable",
     ),
+    (
+        "resume-other-model-size",
+        [CONFIG, "runner.resume_dir={tmp}/wider"],
+        "tensor action_queries has shape [4, 64], the policy actor.model describes has [4, 128]",
+    ),
+    (
+        "resume-state-not-json",
+        [CONFIG, "runner.resume_dir={tmp}/hostile_state"],
+        "state/rank0.json is not a readable json file",
+    ),
+    ("resume-pickle-format", [CONFIG, "runner.resume_dir={tmp}/format_1"], "is in checkpoint format 1;"),
 ]
 
 #: Model folders (`actor.model.model_path`): missing files, config.json that is not JSON, shapes or settings that
@@ -210,6 +245,21 @@ MODEL_FOLDER_CASES = [
         [CONFIG, MODEL + "tiny", "actor.model.extra.hidden_size=64"],
         "hidden_size=64 contradicts the checkpoint",
     ),
+    ("model-flipped-byte", [CONFIG, MODEL + "flipped"], "is altered: its sha256 differs"),
+    ("model-cut-header", [CONFIG, MODEL + "cut_header"], "is not a readable safetensors file"),
+    (
+        "model-relabelled-dtype",
+        [CONFIG, MODEL + "relabelled"],
+        "has dtype int32, config.json declares float32",
+    ),
+    ("model-nan-weights", [CONFIG, MODEL + "nan"], "tensor projector.fc1.bias holds 1 non-finite value(s)"),
+    ("model-wrong-shape", [CONFIG, MODEL + "wrong_shape"], "tensor projector.fc1.bias has shape [3]"),
+    (
+        "model-other-family",
+        [CONFIG, MODEL + "llama"],
+        "is not a published OpenVLA config (no timm_model_ids / text_config; its model_type is 'llama')",
+    ),
+    ("model-manifest-without-checksums", [CONFIG, MODEL + "no_checksums"], "has no sha256 for"),
 ]
 
 CASES = KEY_CASES + YAML_CASES + FILE_CASES + GROUP_CASES + ENV_CASES + RESUME_CASES + MODEL_FOLDER_CASES
@@ -231,12 +281,48 @@ FILES = {
 }
 
 
-def _checkpoint(run: Path) -> Path:
+def _checkpoint(run: Path, model: torch.nn.Module | None = None) -> Path:
     from vla_infra.checkpoint import checkpoint_dir, save_checkpoint
 
+    optimizer = torch.optim.AdamW(model.parameters()) if model is not None else None
     return save_checkpoint(
-        checkpoint_dir(run / "checkpoints", 1), {"w": torch.arange(64.0)}, None, {"step": 1}
+        checkpoint_dir(run / "checkpoints", 1),
+        model if model is not None else {"w": torch.arange(64.0)},
+        optimizer,
+        {"step": 1, "epoch": 1},
     )
+
+
+def _policy(*overrides: str) -> torch.nn.Module:
+    from train_embodied.config import load_train_config
+    from train_embodied.policy_io import model_config
+    from vla_models import build_policy
+
+    torch.manual_seed(0)
+    return build_policy(
+        model_config(load_train_config(CONFIG, list(overrides), check_paths=False).actor.model)
+    )
+
+
+def _reseal(ckpt: Path) -> None:
+    """Rewrite a checkpoint's manifest for its current files (its checksums no longer catch a replaced file)."""
+    manifest = json.loads((ckpt / "manifest.json").read_text())
+    paths = [
+        p for p in sorted(ckpt.rglob("*")) if p.is_file() and p.name not in ("manifest.json", "COMPLETE")
+    ]
+    manifest["files"] = {str(p.relative_to(ckpt)): p.stat().st_size for p in paths}
+    manifest["sha256"] = {str(p.relative_to(ckpt)): hashlib.sha256(p.read_bytes()).hexdigest() for p in paths}
+    (ckpt / "manifest.json").write_text(json.dumps(manifest))
+
+
+class _Hostile:
+    """Unpickling it creates the file `marker`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
 
 
 @pytest.fixture(scope="module")
@@ -252,6 +338,13 @@ def corpus(tmp_path_factory) -> Path:
     data = model.read_bytes()
     model.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
     (_checkpoint(tmp / "no_manifest") / "manifest.json").unlink()
+    _checkpoint(tmp / "wider", _policy("actor.model.extra.hidden_size=64"))
+    state = _checkpoint(tmp / "hostile_state")
+    (state / "state" / "rank0.json").write_bytes(pickle.dumps(_Hostile(tmp / "ran")))
+    _reseal(state)
+    old = _checkpoint(tmp / "format_1")
+    manifest = json.loads((old / "manifest.json").read_text())
+    (old / "manifest.json").write_text(json.dumps({**manifest, "format_version": 1}))
     _model_folders(tmp / "models")
     return tmp
 
@@ -266,6 +359,7 @@ def _model_folders(root: Path) -> None:
     build_policy(model_config(load_train_config(CONFIG, [], check_paths=False).actor.model)).save_pretrained(
         root / "tiny"
     )
+    _damaged_model_folders(root)
     for name, files in {
         "bad_json": {"config.json": "{not json"},
         "a_list": {"config.json": "[1, 2]"},
@@ -280,6 +374,125 @@ def _model_folders(root: Path) -> None:
         (root / name).mkdir(parents=True)
         for file, text in files.items():
             (root / name / file).write_text(text)
+
+
+def _damaged_model_folders(root: Path) -> None:
+    """Copies of the tiny folder: with our manifest (a flipped byte; a manifest without checksums) and edited by
+    hand, without it (a cut header, a relabelled dtype, NaN, a wrong shape); a Llama config.json."""
+    from safetensors.torch import load_file, save_file
+
+    tiny = root / "tiny"
+    weights = next(tiny.glob("model-*.safetensors")).name
+
+    def copy(name: str, keep_manifest: bool = False) -> Path:
+        folder = Path(shutil.copytree(tiny, root / name))
+        if not keep_manifest:
+            (folder / "manifest.json").unlink()
+        return folder
+
+    flipped = copy("flipped", keep_manifest=True) / weights
+    data = bytearray(flipped.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    flipped.write_bytes(bytes(data))
+    folder = copy("no_checksums", keep_manifest=True)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["files"] = {rel: {"size": entry["size"]} for rel, entry in manifest["files"].items()}
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    cut = copy("cut_header") / weights
+    cut.write_bytes(cut.read_bytes()[:100])
+    relabelled = copy("relabelled") / weights
+    data = relabelled.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    header["projector.fc1.weight"]["dtype"] = "I32"  # same bytes, read as integers
+    text = json.dumps(header, separators=(",", ":")).encode()
+    relabelled.write_bytes(data[:8] + text + b" " * (n - len(text)) + data[8 + n :])
+    for name, edit in (("nan", "nan"), ("wrong_shape", "shape")):
+        file = copy(name) / weights
+        sd = load_file(str(file))
+        if edit == "nan":
+            sd["projector.fc1.bias"][0] = float("nan")
+        else:
+            sd["projector.fc1.bias"] = torch.zeros(3)
+        save_file(sd, str(file))
+    llama = root / "llama"
+    llama.mkdir()
+    (llama / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    )
+    save_file({"model.embed_tokens.weight": torch.zeros(4, 2)}, str(llama / "model.safetensors"))
+
+
+def test_a_hostile_pickle_in_a_run_checkpoint_runs_nothing(corpus: Path, tmp_path: Path, capsys) -> None:
+    """Each file of a checkpoint of the tiny policy (weights, trainer, optimizer and RNG state) replaced by a
+    pickle that would create a file, the manifest rewritten to match: `vla-train` refuses it with one line."""
+    marker = tmp_path / "ran"
+    pickle.loads(pickle.dumps(_Hostile(tmp_path / "live")))  # the payload runs when unpickled
+    assert (tmp_path / "live").exists()
+    clean = _checkpoint(tmp_path / "clean", _policy())
+    names = sorted(str(p.relative_to(clean)) for p in clean.rglob("*") if p.is_file())
+    names = [n for n in names if n not in ("manifest.json", "COMPLETE")]
+    assert len(names) == 5
+    for name in names:
+        run = tmp_path / name.replace("/", "_")
+        shutil.copytree(clean.parent.parent, run)
+        ckpt = run / "checkpoints" / "global_step_1"
+        (ckpt / name).write_bytes(pickle.dumps(_Hostile(marker)))
+        _reseal(ckpt)
+        with pytest.raises(SystemExit) as info:
+            train_main(
+                [CONFIG, f"runner.resume_dir={run}", f"runner.logger.log_path={tmp_path}/runs", "--validate"]
+            )
+        err = capsys.readouterr().err.strip().splitlines()
+        assert info.value.code == 2 and len(err) == 1 and name in err[0], err
+        assert not marker.exists(), name
+    # the untouched copy passes
+    assert (
+        train_main(
+            [CONFIG, f"runner.resume_dir={clean}", f"runner.logger.log_path={tmp_path}/runs", "--validate"]
+        )
+        == 0
+    )
+
+
+def test_a_read_only_log_path_is_one_line(tmp_path: Path, capsys) -> None:
+    """/sys is read-only even for root (where permission bits would not stop it)."""
+    try:
+        os.rmdir(__import__("tempfile").mkdtemp(dir="/sys"))
+        pytest.skip("/sys is writable here")
+    except OSError:
+        pass
+    with pytest.raises(SystemExit) as info:
+        train_main([CONFIG, "runner.logger.log_path=/sys/vla_runs", "--validate"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(lines) == 1, lines
+    assert "runner.logger.log_dir='/sys/vla_runs/" in lines[0] and "/sys is not writable" in lines[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs as root only")
+def test_an_unreadable_file_cannot_be_reproduced_as_root(corpus: Path) -> None:
+    """Mode 000 does not stop root from reading a file, so the unreadable-file case (`... cannot be read:
+    Permission denied`, one line) is checked by the non-root test below; as root this states why it is not."""
+    file = next((corpus / "models" / "tiny").glob("model-*.safetensors"))
+    mode = file.stat().st_mode
+    try:
+        file.chmod(0)
+        assert file.read_bytes()  # root reads it anyway
+    finally:
+        file.chmod(mode)
+
+
+@pytest.mark.skipif(
+    os.geteuid() == 0, reason="root reads mode-000 files: the case cannot be reproduced as root"
+)
+def test_an_unreadable_model_file_is_one_line(corpus: Path, tmp_path: Path, capsys) -> None:
+    folder = Path(shutil.copytree(corpus / "models" / "tiny", tmp_path / "tiny"))
+    file = next(folder.glob("model-*.safetensors"))
+    file.chmod(0)
+    with pytest.raises(SystemExit) as info:
+        train_main([CONFIG, f"actor.model.model_path={folder}", "--validate"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2 and len(lines) == 1 and "cannot be read" in lines[0], lines
 
 
 def test_the_corpus_covers_every_class() -> None:

@@ -48,6 +48,7 @@ def _parse(argv: Sequence[str], prog: str) -> tuple[str, list[str], set[str]] | 
 def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, check_paths: bool):
     from omegaconf import OmegaConf
 
+    from train_embodied.checkpointing import check_resume
     from train_embodied.config import (
         ConfigError,
         assign_log_dir,
@@ -55,14 +56,28 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
         compose_config,
         to_plain,
     )
+    from train_embodied.policy_io import check_model_folder
+    from train_embodied.run_folder import env_interpolations, folder_problem, name_problem, redact_env_values
 
     try:
         cfg = compose_config(config, overrides)
+        name = OmegaConf.select(cfg, "runner.logger.experiment_name")
+        if name is not None and (problem := name_problem("runner.logger.experiment_name", name)):
+            raise ConfigError([problem])  # before the name becomes a path
         assign_log_dir(cfg)
+        secrets = env_interpolations(cfg)
         plain = to_plain(cfg)
         if "--cfg" in flags:
-            print(OmegaConf.to_yaml(OmegaConf.create(plain)))
+            print(OmegaConf.to_yaml(OmegaConf.create(redact_env_values(plain, secrets))))
         tc = build_train_config(plain, check_paths=check_paths)
+        if problem := folder_problem(tc.log_dir):
+            raise ConfigError([problem])
+        if resume_errors := check_resume(tc) + check_model_folder(tc.actor.model):
+            raise ConfigError(resume_errors)
+        # the saved config.json (and wandb's copy) name ${oc.env:...} instead of holding the variables' values
+        redacted = redact_env_values(tc.raw, secrets)
+        tc.raw.clear()
+        tc.raw.update(redacted)
     except ConfigError as exc:
         for line in exc.errors:
             print(f"{prog}: config error: {line}", file=sys.stderr)
@@ -75,18 +90,43 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
 
 
 def _run(prog: str, tc) -> int:
-    """Run the trainer; a run-ending fault the user must act on (a simulator that cannot start, an update that
-    keeps diverging) is one line on stderr and exit status 1."""
+    """Run the trainer in its locked run folder; each fault the user must act on is one line on stderr: a run
+    folder that cannot be written or is in use by another run, or a resume checkpoint that does not fit (exit 2,
+    before any simulator starts where it can be found then); a simulator that cannot start, an update that keeps
+    diverging, a checkpoint save that fails (a full disk; older checkpoints stay intact) (exit 1); Ctrl-C (exit
+    130, the workers are shut down)."""
+    from train_embodied.checkpointing import ResumeError
     from train_embodied.numerics import TrainingDiverged
+    from train_embodied.run_folder import RunFolderError, run_folder_lock
     from train_embodied.runner import run
     from vla_envs import SimulatorUnavailable
+    from vla_infra import CheckpointError, CheckpointSaveError
 
     try:
-        run(tc)
-    except (SimulatorUnavailable, TrainingDiverged) as exc:
+        with run_folder_lock(tc.log_dir):
+            run(tc)
+    except (RunFolderError, ResumeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    except CheckpointError as exc:
+        print(
+            f"{prog}: error: runner.resume_dir={tc.runner.resume_dir!r}: {_first_line(exc)}", file=sys.stderr
+        )
+        return 2
+    except (SimulatorUnavailable, TrainingDiverged, CheckpointSaveError) as exc:
+        print(f"{prog}: error: {_first_line(exc)}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted (Ctrl-C): workers stopped; run folder {tc.log_dir}", file=sys.stderr)
+        return 130
     return 0
+
+
+def _first_line(exc: BaseException) -> str:
+    """The message of `exc` (of its cause, for an error a Ray worker raised), on one line."""
+    cause = getattr(exc, "cause", None)
+    text = str(cause if isinstance(cause, BaseException) else exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def train_main(argv: Sequence[str] | None = None) -> int:

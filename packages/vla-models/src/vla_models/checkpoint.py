@@ -323,6 +323,11 @@ def _config_from_prismatic(
     """Our OpenVLA config dict from a published OpenVLA config.json (tower sizes from the tensors in ``sd``;
     normalisation constants from ``folder``'s preprocessor_config.json; LM sizes from ``text_config`` with the
     ``LlamaConfig`` defaults the published model runs with: 7B sizes, ``rms_norm_eps`` 1e-6)."""
+    if "timm_model_ids" not in d or "text_config" not in d:
+        raise ValueError(
+            f"config.json is not a published OpenVLA config (no timm_model_ids / text_config; its model_type is "
+            f"{d.get('model_type')!r}): a folder of another model family"
+        )
     if list(d.get("timm_model_ids", [])) != KNOWN_TIMM_IDS:
         raise ValueError(f"unsupported timm_model_ids {d.get('timm_model_ids')}; supported: {KNOWN_TIMM_IDS}")
     if "text_config" not in d:

@@ -106,6 +106,7 @@ GRIPPER_ACTIONS = ("threshold", "signed")
 # Object counts the task code asserts, and the variants that need every plate.
 NUM_CARROTS, NUM_PLATES, NUM_OVERLAYS = 25, 17, 21
 ALL_PLATES_TASKS = ("PutOnPlateInScene25Plate-v1", "PutOnPlateInScene25MultiPlate-v1")
+FIRST_CARROT_TASKS = ("PutOnPlateInScene25MainImage-v3", "PutOnPlateInScene25Single-v1")
 _VISUAL_FILES = ("textured.obj", "textured.dae", "textured.glb")
 
 
@@ -148,15 +149,19 @@ def missing_assets(task: str, ms_root: Path, carrot_root: Path) -> list[str]:
         if not path.is_file():
             problems.append(f"{path} (MS_ASSET_DIR={ms_root})")
     carrot = carrot_root / "carrot"
-    need = {"more_carrot": NUM_CARROTS, "more_plate": NUM_PLATES if task in ALL_PLATES_TASKS else 1}
+    # (exact count the task asserts, or None: it uses the first entry)
+    need = {
+        "more_carrot": None if task in FIRST_CARROT_TASKS else NUM_CARROTS,
+        "more_plate": NUM_PLATES if task in ALL_PLATES_TASKS else None,
+    }
     for folder, count in need.items():
         db_path = carrot / folder / "model_db.json"
         if not db_path.is_file():
             problems.append(f"{db_path} (MANISKILL_ASSET_DIR={carrot_root})")
             continue
         db = json.loads(db_path.read_text())
-        if len(db) < count:
-            problems.append(f"{db_path} lists {len(db)} objects, the task needs {count}")
+        if (count is not None and len(db) != count) or not db:
+            problems.append(f"{db_path} lists {len(db)} objects, the task needs {count or 'at least 1'}")
         for name, entry in db.items():
             obj = carrot / folder / name
             if not (obj / "collision.obj").is_file() or not any((obj / v).is_file() for v in _VISUAL_FILES):
@@ -189,12 +194,6 @@ def check_assets(task: str, asset_dir: str | None = None) -> None:
         raise PutOnPlateAssetsError(
             f"ManiSkill task {task!r} cannot find its assets: {'; '.join(problems[:3])}{more}. To fix it: {STANDIN_HELP}"
         )
-
-
-def is_standin_pack(asset_dir: str | None = None) -> bool:
-    """True when the assets are the project's stand-in pack (its standin.json marker)."""
-    ms_root, carrot_root = asset_roots(asset_dir)
-    return (ms_root / "standin.json").is_file() and (carrot_root / "standin.json").is_file()
 
 
 def import_task_code() -> Any:

@@ -314,3 +314,45 @@ def test_entropy_type_sums_as_the_reference(entropy_type: str) -> None:
         ent.reshape(5, C * A), entropy_type=entropy_type, action_dim=A, batch_size=5
     )
     torch.testing.assert_close(reduce_logprobs(ent, entropy_type), ref, **TOL)
+
+
+@pytest.mark.parametrize("adv_type", ["gae", "grpo"])
+def test_rollout_advantages_with_its_defaults_gives_the_references_advantages(adv_type: str) -> None:
+    """The one call a trainer makes, with `normalize=True` and the default `whiten_std_eps` and `discount_scores`:
+    the reference's GAE (whitened) and GRPO (never whitened again) advantages."""
+    from vla_algos import rollout_advantages
+
+    r = _rollout(11, sparse=adv_type == "grpo")
+    ref = registry_ref.calculate_adv_and_returns(
+        task_type="embodied",
+        adv_type=adv_type,
+        rewards=r["rewards"],
+        dones=r["dones_ref"],
+        values=r["values"][:, :, None] if adv_type == "gae" else None,
+        gamma=0.99,
+        gae_lambda=0.95,
+        group_size=4,
+        reward_type="chunk_level",
+        loss_mask=r["loss_mask"],
+        loss_mask_sum=r["loss_mask_sum"],
+    )
+    out = rollout_advantages(
+        rewards=r["rewards"],
+        terminated=r["dones"],
+        truncated=torch.zeros_like(r["dones"]),
+        loss_mask=r["loss_mask"].any(-1),
+        values=r["values"][:-1] if adv_type == "gae" else None,
+        last_values=r["values"][-1],
+        final_values=torch.zeros(T, B),
+        adv_type=adv_type,
+        gamma=0.99,
+        gae_lambda=0.95,
+        reward_type="chunk_level",
+        logprob_type="action_level",
+        group_size=4,
+        loss_agg_mode="token-mean",
+        normalize=True,
+    )
+    expected = ref["advantages"][..., 0].float()
+    torch.testing.assert_close(out.advantages * out.loss_mask, expected * out.loss_mask, **TOL)
+    assert torch.equal(out.loss_mask, r["loss_mask"].any(-1))

@@ -53,6 +53,7 @@ from vla_algos.registry import (
     register_loss_agg_mode,
     register_policy_loss,
 )
+from vla_algos.rollout_advantages import RolloutAdvantages, rollout_advantages
 from vla_algos.value_loss import explained_variance, value_loss
 
 __version__ = "0.1.0"
@@ -67,6 +68,7 @@ __all__ = [
     "AdvantageEstimator",
     "EstimatedAdvantages",
     "PolicyLoss",
+    "RolloutAdvantages",
     "__version__",
     "actor_critic_loss",
     "actor_loss",
@@ -104,6 +106,7 @@ __all__ = [
     "register_loss_agg_mode",
     "register_policy_loss",
     "rollout_action_mask",
+    "rollout_advantages",
     "sample_loss_weights",
     "token_mean_weights",
     "value_loss",

@@ -4,6 +4,7 @@ hold part of every task's rows; and the rollout records each row's task."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -252,7 +253,7 @@ def _sparse_rollout() -> RolloutBatch:
 def test_filter_rewards_leaves_tasks_without_outcome_contrast_out_of_the_policy_loss(
     upper: float, kept: list[int], fixture_dir: Path
 ) -> None:
-    """PPO's `filter_rewards`: a task whose mean first-episode score (gamma-discounted) is outside the bounds gets
+    """PPO's `filter_rewards`: a task whose mean first-episode score (summed rewards) is outside the bounds gets
     zero advantages; the others get exactly what a rollout of only their rows would give (their tasks centred, one
     std over them); the critic's targets and the loss mask stay those of the whole rollout."""
     from rollout_fixture import columns
@@ -270,8 +271,11 @@ def test_filter_rewards_leaves_tasks_without_outcome_contrast_out_of_the_policy_
     assert not torch.allclose(out.advantages[:, kept], plain.advantages[:, kept], atol=1e-3)
     assert torch.equal(out.returns, plain.returns) and torch.equal(out.loss_mask, plain.loss_mask)
     assert out.stats["rollout/kept_group_fraction"] == pytest.approx(len(kept) / B)
-    # the rows' mean score: two successes at decision 1 (0.99 each), one at decision 3 (0.99**3), three failures
-    assert out.stats["rollout/scores_mean"] == pytest.approx((2 * 0.99 + 0.99**3) / B)
+    # the rows' mean score: three successes, three failures (summed rewards, as the reference scores a group)
+    assert out.stats["rollout/scores_mean"] == pytest.approx(3 / B)
+    # discount_scores: two successes at decision 1 (0.99 each), one at decision 3 (0.99**3)
+    discounted = compute_advantages(batch, dataclasses.replace(algo, discount_scores=True))
+    assert discounted.stats["rollout/scores_mean"] == pytest.approx((2 * 0.99 + 0.99**3) / B)
 
 
 def test_filter_rewards_without_task_groups_is_refused_not_ignored() -> None:

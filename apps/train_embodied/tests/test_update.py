@@ -109,6 +109,52 @@ def test_episode_mean_weights_give_every_episode_equal_weight() -> None:
     assert torch.all(w[~mask] == 0) and torch.isclose(w[mask].mean(), torch.tensor(1.0))
 
 
+@pytest.mark.parametrize("logprob_type", ["token_level", "action_level", "chunk_level"])
+def test_seq_mean_token_mean_weighs_an_episode_ended_at_its_first_action_like_a_full_one(
+    logprob_type: str,
+) -> None:
+    """`seq-mean-token-mean` through the trainer (advantages -> flattened batch -> update): env 0's episode ends at
+    the first of the two actions of its first chunk, env 1's mid-rollout, the others run 8 full chunks. Each episode
+    has its own constant advantage; at ratio 1 (the first minibatch) the policy loss is minus their plain mean."""
+    from train_embodied.advantages import compute_advantages, flatten_for_update
+    from train_embodied.rollout import RolloutBatch
+
+    t, b, c = 8, 6, 2
+    policy, flat = _policy_and_batch(num_action_chunks=c)
+    terminated = torch.zeros(t, b, c, dtype=torch.bool)
+    terminated[0, 0, 0] = True
+    terminated[3, 1, 1] = True
+    truncated = torch.zeros(t, b, c, dtype=torch.bool)
+    truncated[-1, 2:, -1] = True
+    loss_mask = torch.ones(t, b, dtype=torch.bool)
+    loss_mask[1:, 0] = False
+    loss_mask[4:, 1] = False
+    rollout = RolloutBatch(
+        forward_inputs={k: v.reshape(t, b, *v.shape[1:]) for k, v in flat.forward_inputs.items()},
+        logprobs=flat.old_logprobs.reshape(t, b, *flat.old_logprobs.shape[1:]),
+        values=flat.old_values.reshape(t, b),
+        rewards=torch.zeros(t, b, c),
+        terminated=terminated,
+        truncated=truncated,
+        final_values=torch.zeros(t, b),
+        loss_mask=loss_mask,
+        last_values=torch.zeros(b),
+    )
+    algo = AlgorithmSection(
+        update_epoch=1,
+        logprob_type=logprob_type,
+        loss_agg_mode="seq-mean-token-mean",
+        normalize_advantages=False,
+    )
+    adv = compute_advantages(rollout, algo)
+    episode_adv = torch.tensor([3.0, -1.0, 1.0, -2.0, 0.5, -0.25])
+    adv.advantages = episode_adv[None, :].expand(t, b).clone()
+    batch = flatten_for_update(rollout, adv)
+    s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 16, N)
+    metrics, _ = _update(policy, batch, s)
+    assert metrics["train/actor/policy_loss"] == pytest.approx(-float(episode_adv.mean()), abs=1e-4)
+
+
 def test_uniform_sample_weights_change_nothing() -> None:
     policy, batch = _policy_and_batch()
     plain, _ = _update(policy, batch, _settings())

@@ -65,9 +65,11 @@ def compute_advantages(
         raise ValueError(
             f"algorithm.adv_type={algo.adv_type!r} needs values: set actor.model.add_value_head=true"
         )
+    # bootstrap_truncated=false: a timed-out episode ends like a terminated one (no value after it)
+    terminated = batch.terminated if algo.bootstrap_truncated else batch.terminated | batch.truncated
     est = estimator(
         rewards=batch.rewards,
-        terminated=batch.terminated,
+        terminated=terminated,
         truncated=batch.truncated,
         loss_mask=batch.loss_mask,
         values=batch.values,
@@ -78,6 +80,8 @@ def compute_advantages(
         reward_type=algo.reward_type,
         group_size=algo.group_size,
         reward_bounds=(algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None,
+        discount_scores=algo.discount_scores,
+        normalize_returns=algo.normalize_returns,
     )
     loss_mask = est.loss_mask
     stats = {f"rollout/{k}": v for k, v in est.stats.items()}
@@ -95,7 +99,9 @@ def compute_advantages(
                 "task: set algorithm.per_task_advantages to center or whiten"
             )
         scores = first_episode_scores(
-            batch.rewards.sum(-1), chunk_done(batch.terminated, batch.truncated), gamma=algo.gamma
+            batch.rewards.sum(-1),
+            chunk_done(batch.terminated, batch.truncated),
+            gamma=algo.gamma if algo.discount_scores else 1.0,
         )
         keep_rows = labelled_reward_filter(
             scores,
@@ -111,11 +117,13 @@ def compute_advantages(
         est.advantages,
         loss_mask if keep_rows is None else loss_mask & keep_rows[None, :],
         action_mask,
-        whiten=algo.normalize_advantages,
+        # advantages normalised within their group already (GRPO) are not whitened again, as in the reference
+        whiten=algo.normalize_advantages and not estimator.group_normalized,
         all_reduce=all_reduce,
         groups=groups,
         num_groups=num_groups,
         group_mode="whiten" if algo.per_task_advantages == "none" else algo.per_task_advantages,
+        std_eps=algo.whiten_std_eps,
     )
     if keep_rows is not None:
         advantages = advantages * keep_rows.view((1, -1) + (1,) * (advantages.ndim - 2)).to(advantages.dtype)
@@ -151,7 +159,10 @@ def compute_advantages(
             }
         )
     done = chunk_done(batch.terminated, batch.truncated)
-    weight = get_loss_agg_mode(algo.loss_agg_mode)(loss_mask, done)
+    # a ratio per action or per token has one loss entry per executed action (times the action's tokens, the same
+    # for every action): an episode's weight is spread over those, not over its decisions
+    entries = None if algo.logprob_type == "chunk_level" else action_mask.sum(-1)
+    weight = get_loss_agg_mode(algo.loss_agg_mode)(loss_mask, done, entries=entries)
     return Advantages(
         advantages=advantages,
         returns=est.returns,

@@ -53,6 +53,9 @@ class UpdateSettings:
     target_kl: float | None = None
     kl_beta: float = 0.0
     kl_penalty: str = "k3"
+    clip_log_ratio_min: float | None = None
+    clip_log_ratio_max: float | None = None
+    entropy_type: str = "token_level"
 
     @classmethod
     def from_sections(
@@ -76,6 +79,9 @@ class UpdateSettings:
             target_kl=algo.target_kl,
             kl_beta=algo.kl_beta,
             kl_penalty=algo.kl_penalty,
+            clip_log_ratio_min=algo.clip_log_ratio_min,
+            clip_log_ratio_max=algo.clip_log_ratio_max,
+            entropy_type=algo.entropy_type,
         )
 
 
@@ -323,8 +329,11 @@ def _micro_loss(
                 for w in (here, minibatch)
             )
         ).to(dev)
+    # entropy_type: the entropy bonus is the mean of per-token entropies, or of their sums per action or per chunk
+    entropy_all = reduce_logprobs(entropy.float(), s.entropy_type)
+    entropy_mask = action_mask if entropy_all.ndim >= 2 else None
     if (
-        here.action_mask is not None and minibatch.action_mask is not None
+        entropy_mask is not None and here.action_mask is not None and minibatch.action_mask is not None
     ):  # entropy: mean over executed actions
         counts = [w.action_mask.flatten(1).sum(-1).float() for w in (here, minibatch)]  # type: ignore[union-attr]
         entropy_share = weight_share(*counts).to(dev)
@@ -346,8 +355,10 @@ def _micro_loss(
         clip_ratio_low=s.clip_ratio_low,
         clip_ratio_high=s.clip_ratio_high,
         dual_clip=s.clip_ratio_c,
-        entropy=entropy.float(),
-        entropy_mask=action_mask,
+        clip_log_ratio_min=s.clip_log_ratio_min,
+        clip_log_ratio_max=s.clip_log_ratio_max,
+        entropy=entropy_all,
+        entropy_mask=entropy_mask,
         entropy_coef=s.entropy_bonus,
         policy_scale=policy_share,
         entropy_scale=entropy_share,

@@ -1,11 +1,74 @@
-"""The run's metric logger (vla_infra MetricLogger: `<log_dir>/tensorboard`, `<log_dir>/wandb`) and metrics.jsonl."""
+"""The run's metric logger (vla_infra MetricLogger: `<log_dir>/tensorboard`, `<log_dir>/wandb`, `<log_dir>/swanlab`)
+and metrics.jsonl, and the reference documents' metric names logged beside ours."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from train_embodied.config.build import TrainConfig
+
+if TYPE_CHECKING:
+    from train_embodied.rollout import RolloutBatch
+
+#: Metric names of the reference documents that are the same number as one of ours: logged under both names.
+GUIDE_NAMES = {
+    "actor/loss": "train/actor/policy_loss",  # the documents: "PPO policy loss"
+    "actor/value_loss": "train/critic/value_loss",
+    "actor/entropy": "train/entropy_loss",  # the documents: "Policy entropy" (the mean entropy, not its bonus)
+    "actor/grad_norm": "train/actor/grad_norm",
+    "actor/lr": "train/actor/lr",
+    "actor/approx_kl": "train/actor/approx_kl",
+    "actor/pg_clipfrac": "train/actor/clip_fraction",
+    "actor/value_clip_ratio": "train/critic/value_clip_ratio",
+    "rollout/returns_mean": "rollout/reward_mean",  # the documents: "Mean episode return"
+}
+
+#: Ours that the documents use for another number: the mean / max / min of the value targets (GAE returns) is
+#: logged as `rollout/value_targets_*`, `rollout/returns_mean` is the mean episode return as the documents say.
+RENAMED = {f"rollout/returns_{k}": f"rollout/value_targets_{k}" for k in ("mean", "max", "min")}
+
+
+def with_guide_names(metrics: dict[str, float]) -> dict[str, float]:
+    """`metrics` with each reference documents' name of `GUIDE_NAMES` added beside ours (and `RENAMED` applied)."""
+    out = {RENAMED.get(k, k): v for k, v in metrics.items()}
+    for theirs, ours in GUIDE_NAMES.items():
+        if ours in out:
+            out[theirs] = out[ours]
+    return out
+
+
+def rollout_episode_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """The reference documents' rollout and env metrics of one training rollout:
+
+    - `rollout/reward_mean`, `rollout/reward_std`: mean / std of the return of the episodes that ended in the
+      rollout ("average episode reward"; `with_guide_names` logs the mean as `rollout/returns_mean` too);
+    - `rollout/episode_length`: their mean length in env steps;
+    - `rollout/success_rate`, `env/success_rate`: the fraction of them that succeeded (= `env/success_once`);
+    - `env/termination_rate`: the fraction of them that ended by termination (success or failure state), not by
+      the step limit (truncation);
+    - `env/step_reward`: the mean reward per env step taken in the rollout.
+    """
+    out: dict[str, float] = {}
+    ep = batch.episodes
+    if len(ep.get("success_once", ())) > 0:
+        returns = np.asarray(ep["return"], dtype=np.float64)
+        out["rollout/reward_mean"] = float(returns.mean())
+        out["rollout/reward_std"] = float(returns.std())
+        out["rollout/episode_length"] = float(np.mean(ep["episode_len"]))
+        out["rollout/success_rate"] = out["env/success_rate"] = float(np.mean(ep["success_once"]))
+    mask = batch.loss_mask.bool()  # [T, B] decisions taken inside an episode
+    if bool(mask.any()):
+        terminated = (batch.terminated.bool().any(-1) & mask).sum()
+        ended = ((batch.terminated.bool() | batch.truncated.bool()).any(-1) & mask).sum()
+        if int(ended) > 0:
+            out["env/termination_rate"] = float(terminated) / float(ended)
+        steps = mask.sum() * batch.rewards.shape[-1]
+        out["env/step_reward"] = float(batch.rewards.sum(-1)[mask].sum()) / float(steps)
+    return out
 
 
 class _JsonlLogger:
@@ -28,17 +91,20 @@ class RunLogger:
     def __init__(self, tc: TrainConfig, log_dir: Path) -> None:
         from vla_infra import MetricLogger
 
+        wandb = tc.trainer.logger.wandb  # trainer.logger.wandb: the wandb run's own names, when given
+        project, experiment = tc.runner.logger.project_name, tc.runner.logger.experiment_name
         self.backend = MetricLogger(
             backends=list(tc.runner.logger.logger_backends),
             log_dir=str(log_dir),  # the backends add their folder: <log_dir>/tensorboard, <log_dir>/wandb
-            project_name=tc.runner.logger.project_name,
-            experiment_name=tc.runner.logger.experiment_name,
+            project_name=project,
+            experiment_name=experiment,
             config=tc.raw,
+            backend_names={"wandb": (wandb.project_name or project, wandb.experiment_name or experiment)},
         )
         self.jsonl = _JsonlLogger(log_dir / "metrics.jsonl")
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        clean = {k: float(v) for k, v in metrics.items() if v is not None}
+        clean = with_guide_names({k: float(v) for k, v in metrics.items() if v is not None})
         self.backend.log(clean, step=step)
         self.jsonl.log(clean, step)
 

@@ -29,7 +29,7 @@ from train_embodied.checkpointing import (
 )
 from train_embodied.config.build import TrainConfig
 from train_embodied.evaluation import episode_tasks, eval_table_metrics, evaluate, held_out_reset_ids
-from train_embodied.metrics import make_logger
+from train_embodied.metrics import make_logger, rollout_episode_metrics
 from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates
 from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollouts
 from train_embodied.run_workers import RunWorkers
@@ -353,6 +353,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             # ---- 4. log
             timings["time/step"] = time.time() - t_epoch
             metrics = {**train_metrics, **env_metrics(batch), **env_fault_metrics(w), **timings}
+            metrics.update(rollout_episode_metrics(batch))  # the reference documents' rollout/env names
             metrics["env/env_steps"] = float(state["env_steps"])
             # dead env / rollout Ray actors replaced so far
             metrics["cluster/actor_restarts"] = float(w.worker_restarts)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from train_embodied.checkpointing import AUTO, ResumeError, find_latest_checkpoint
+from train_embodied.config.aliases import apply_aliases
 from train_embodied.config.convert import build_section, coerce_fields, unknown_key_errors
 from train_embodied.config.sections import (
     ENV_APP_KEYS,
@@ -27,10 +28,15 @@ from train_embodied.config.sections import (
     RolloutSection,
     RunnerSection,
     SFTSection,
+    TrainerSection,
 )
 from vla_envs import EnvConfig
 
-TOP_LEVEL_SECTIONS = ["cluster", "runner", "algorithm", "env", "rollout", "actor", "sft"]
+TOP_LEVEL_SECTIONS = ["cluster", "runner", "algorithm", "env", "rollout", "actor", "sft", "trainer"]
+
+#: `ROBOT_PLATFORM` values and the action / proprio normalisation the official OpenVLA-OFT code selects with them
+#: (`prismatic/vla/constants.py`: ALOHA uses [min, max] bounds, the others [q01, q99]).
+ROBOT_PLATFORM_NORMALIZATION = {"ALOHA": "bounds", "LIBERO": "bounds_q99", "BRIDGE": "bounds_q99"}
 
 
 class ConfigError(ValueError):
@@ -56,6 +62,7 @@ class TrainConfig:
     train_run: EnvRunSection
     eval_run: EnvRunSection
     raw: dict[str, Any] = field(default_factory=dict)
+    trainer: TrainerSection = field(default_factory=TrainerSection)
 
     @property
     def log_dir(self) -> str:
@@ -237,6 +244,21 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             "a task's score is the mean of its env rows' first-episode scores, one episode per env "
             "(set env.train.auto_reset=false)"
         )
+    if algo.n_chunk_steps is not None:
+        decisions = tc.train_run.max_steps_per_rollout_epoch // model.num_action_chunks
+        if algo.n_chunk_steps != decisions:
+            errors.append(
+                f"algorithm.n_chunk_steps={algo.n_chunk_steps!r} is invalid: the rollout takes "
+                f"env.train.max_steps_per_rollout_epoch={tc.train_run.max_steps_per_rollout_epoch!r} / "
+                f"actor.model.num_action_chunks={model.num_action_chunks!r} = {decisions} decisions per env "
+                "(set one so that they agree, or leave algorithm.n_chunk_steps null)"
+            )
+    wandb = tc.trainer.logger.wandb
+    if wandb.enable is False and "wandb" in tc.runner.logger.logger_backends:
+        errors.append(
+            "trainer.logger.wandb.enable=False conflicts with runner.logger.logger_backends="
+            f"{tc.runner.logger.logger_backends!r}: they are one setting; give one of them"
+        )
     stages = tc.rollout.pipeline_stage_num
     per_stage = tc.env_train.num_envs // stages
     if tc.env_train.num_envs % stages != 0 or (algo.adv_type == "grpo" and per_stage % algo.group_size != 0):
@@ -305,6 +327,33 @@ def _check_model_folder(model: ModelSection) -> list[str]:
     return []
 
 
+def _apply_robot_platform(cfg: dict[str, Any]) -> list[str]:
+    """`ROBOT_PLATFORM` (environment variable, as the reference documents export it) picks an OpenVLA-OFT policy's
+    action and proprio normalisation (`actor.model.extra.normalization_type`) as the official code does; a config
+    that names another one is refused, naming both."""
+    platform = os.environ.get("ROBOT_PLATFORM", "").strip().upper()
+    if not platform:
+        return []
+    if platform not in ROBOT_PLATFORM_NORMALIZATION:
+        return [
+            f"ROBOT_PLATFORM={platform!r} is not one of: {', '.join(ROBOT_PLATFORM_NORMALIZATION)} (unset it, or "
+            "set actor.model.extra.normalization_type to bounds or bounds_q99)"
+        ]
+    model = cfg.get("actor", {}).get("model", {})
+    if not isinstance(model, dict) or model.get("model_type") != "openvla_oft":
+        return []
+    wanted = ROBOT_PLATFORM_NORMALIZATION[platform]
+    extra = model.get("extra") or {}
+    given = extra.get("normalization_type")
+    if given is not None and given != wanted:
+        return [
+            f"actor.model.extra.normalization_type={given!r} conflicts with ROBOT_PLATFORM={platform} (which "
+            f"selects {wanted!r}, as the official OpenVLA-OFT code does): unset one of them"
+        ]
+    model["extra"] = {**extra, "normalization_type": wanted}
+    return []
+
+
 def build_train_config(cfg: Mapping[str, Any], *, check_paths: bool = True) -> TrainConfig:
     """Validate the resolved plain-dict config and turn it into typed sections.
 
@@ -316,8 +365,15 @@ def build_train_config(cfg: Mapping[str, Any], *, check_paths: bool = True) -> T
     Raises:
         ConfigError: one line per problem.
     """
-    errors: list[str] = unknown_key_errors(cfg, TOP_LEVEL_SECTIONS, "<root>")
-    errors = [e.replace("'<root>.", "'") for e in errors]
+    cfg, errors = apply_aliases(cfg)  # the reference documents' spellings -> their home here
+    errors += [e.replace("'<root>.", "'") for e in unknown_key_errors(cfg, TOP_LEVEL_SECTIONS, "<root>")]
+    trainer = build_section(TrainerSection, cfg.get("trainer", {}), "trainer", errors)
+    if trainer.logger.wandb.enable and "wandb" not in cfg.get("runner", {}).get("logger", {}).get(
+        "logger_backends", []
+    ):
+        runner_logger = cfg.setdefault("runner", {}).setdefault("logger", {})
+        runner_logger["logger_backends"] = [*runner_logger.get("logger_backends", ["tensorboard"]), "wandb"]
+    errors += _apply_robot_platform(cfg)
     runner = build_section(RunnerSection, cfg.get("runner", {}), "runner", errors)
     cluster = build_section(ClusterSection, cfg.get("cluster", {}), "cluster", errors)
     algorithm = build_section(AlgorithmSection, cfg.get("algorithm", {}), "algorithm", errors)
@@ -343,6 +399,7 @@ def build_train_config(cfg: Mapping[str, Any], *, check_paths: bool = True) -> T
         train_run=train_run,
         eval_run=eval_run,
         raw=dict(cfg),
+        trainer=trainer,
     )
     errors = _cross_checks(tc, check_paths=check_paths)
     if errors:

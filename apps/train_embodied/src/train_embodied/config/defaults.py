@@ -21,8 +21,9 @@ from train_embodied.config.sections import (
     RolloutSection,
     RunnerSection,
     SFTSection,
+    TrainerSection,
 )
-from vla_envs import EnvConfig
+from vla_envs import EnvConfig, VideoConfig
 
 
 def field_defaults(cls: type) -> dict[str, Any]:
@@ -52,23 +53,39 @@ def env_defaults() -> dict[str, Any]:
     return out
 
 
+def _unset(cls: type) -> dict[str, Any]:
+    """Every field of dataclass `cls` as null (mapping-valued ones empty): a key that is only applied when set."""
+    return {k: ({} if isinstance(v, dict) else None) for k, v in field_defaults(cls).items()}
+
+
 def base_config() -> dict[str, Any]:
-    """Every top-level section with its defaults (the groups env/, model/, algorithm/ then set what differs)."""
+    """Every top-level section with its defaults (the groups env/, model/, algorithm/ then set what differs), and
+    the reference documents' spellings of keys whose home is elsewhere (`train_embodied.config.aliases`), unset."""
+    from train_embodied.config.sections import FSDPSection
+
     return {
         "cluster": field_defaults(ClusterSection),
         "runner": field_defaults(RunnerSection),
         "algorithm": field_defaults(AlgorithmSection),
-        "env": {"train": env_defaults(), "eval": env_defaults()},
-        "rollout": field_defaults(RolloutSection),
+        "env": {"train": env_defaults(), "eval": env_defaults(), "enable_offload": False},
+        "rollout": {**field_defaults(RolloutSection), "model": {"model_path": None}},
         "actor": field_defaults(ActorSection),
         "sft": field_defaults(SFTSection),
+        "trainer": field_defaults(TrainerSection),
+        "fsdp": _unset(FSDPSection),
+        "video_cfg": _unset(VideoConfig),
     }
 
 
-def register_base_configs() -> None:
-    """Store `common/embodied` and `common/env_fields` in Hydra's config store (idempotent)."""
+def register_base_configs(env_options: list[str] = ()) -> None:
+    """Store `common/embodied` and `common/env_fields` in Hydra's config store (idempotent), and for each option
+    of the `env` group an `env/train/NAME` and `env/eval/NAME` that is that option: the reference documents' defaults
+    list spelling (`- env/train: NAME`) places it at `env.train`, as `- env@env.train: NAME` does."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
     store.store(group="common", name="embodied", node=base_config())
     store.store(group="common", name="env_fields", node=env_defaults())
+    for name in env_options:
+        for split in ("train", "eval"):
+            store.store(group=f"env/{split}", name=name, node={"defaults": [f"/env/{name}@_here_", "_self_"]})

@@ -18,6 +18,7 @@ from hydra.errors import ConfigCompositionException, HydraException, MissingConf
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from train_embodied.config.aliases import override_conflicts, rewrite_override
 from train_embodied.config.build import ConfigError
 from train_embodied.config.defaults import register_base_configs
 
@@ -30,7 +31,7 @@ REPLACE_WHOLE_NAMES = ("component_placement", "extra", "mixed_precision")
 
 def _rewrite_overrides(overrides: list[str]) -> list[str]:
     out = []
-    for item in overrides:
+    for item in map(rewrite_override, overrides):  # the reference documents' spellings -> ours
         key = item.split("=", 1)[0]
         whole = key in REPLACE_WHOLE or key.rsplit(".", 1)[-1] in REPLACE_WHOLE_NAMES
         if whole and not key.startswith(("+", "~")) and "=" in item:
@@ -107,7 +108,10 @@ def _explain_yaml_error(exc: yaml.YAMLError) -> str:
 def compose_config(config: str, overrides: list[str] | None = None) -> DictConfig:
     """Compose `config` with `overrides` (Hydra grammar). Raises ConfigError with one line per problem."""
     search_dir, name, extra = _resolve_config(config)
-    register_base_configs()
+    conflicts = override_conflicts(list(overrides or []))
+    if conflicts:
+        raise ConfigError(conflicts)
+    register_base_configs(sorted(p.stem for p in (config_dir() / "env").glob("*.yaml")))
     try:
         with initialize_config_dir(config_dir=str(search_dir), version_base="1.3"):
             cfg = compose(config_name=name, overrides=[*extra, *_rewrite_overrides(list(overrides or []))])
@@ -117,7 +121,22 @@ def compose_config(config: str, overrides: list[str] | None = None) -> DictConfi
         raise ConfigError([f"cannot compose config {config!r}: {str(exc).splitlines()[0]}"]) from None
     except yaml.YAMLError as exc:  # a config file (the user's or a group option) that is not valid YAML
         raise ConfigError([_explain_yaml_error(exc)]) from None
+    if extra and not any(o.lstrip("+~").startswith(REPLACE_WHOLE) for o in overrides or []):
+        _replace_whole_from_file(cfg, search_dir / Path(config).name)
     return cfg
+
+
+def _replace_whole_from_file(cfg: DictConfig, path: Path) -> None:
+    """A user's config file that sets a `REPLACE_WHOLE` mapping (`cluster.component_placement`) replaces the one of
+    the config it starts from, as the same key given on the command line does (Hydra would merge the two: the
+    shipped `env,rollout,actor: all` beside the user's `env: 0-3` places env twice)."""
+    data = yaml.safe_load(path.read_text()) or {}
+    for key in REPLACE_WHOLE:
+        node: object = data
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            OmegaConf.update(cfg, key, node, merge=False, force_add=True)
 
 
 def assign_log_dir(cfg: DictConfig, *, now: datetime.datetime | None = None) -> str:

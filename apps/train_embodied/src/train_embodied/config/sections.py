@@ -16,7 +16,7 @@ LOSS_TYPES = ("actor_critic", "actor")
 REWARD_TYPES = ("chunk_level", "action_level")
 LOGPROB_TYPES = ("token_level", "action_level", "chunk_level")
 BACKENDS = ("local", "ray")
-LOGGER_BACKENDS = ("tensorboard", "console", "wandb")
+LOGGER_BACKENDS = ("tensorboard", "console", "wandb", "swanlab")
 PRECISIONS = ("fp32", "bf16", "fp16")
 MODEL_SIZES = ("tiny", "full")
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
@@ -75,6 +75,31 @@ class LoggerSection:
 
 
 @dataclass
+class WandbSection:
+    """`trainer.logger.wandb` (the reference documents' spelling): `enable` turns the wandb backend on or off
+    (`"wandb"` in `runner.logger.logger_backends`); `project_name` / `experiment_name` are the project and run name
+    it reports to (default: `runner.logger.project_name` / `experiment_name`). Null: not set."""
+
+    enable: bool | None = None
+    project_name: str | None = None
+    experiment_name: str | None = None
+
+
+@dataclass
+class TrainerLoggerSection:
+    """`trainer.logger`: the wandb settings of the reference documents' spelling."""
+
+    wandb: WandbSection = field(default_factory=WandbSection)
+
+
+@dataclass
+class TrainerSection:
+    """`trainer`: the reference documents' spelling of logger settings; the rest of a run is under `runner`."""
+
+    logger: TrainerLoggerSection = field(default_factory=TrainerLoggerSection)
+
+
+@dataclass
 class RunnerSection:
     """`runner`: the loop's length, evaluation, checkpointing and seeding."""
 
@@ -83,7 +108,7 @@ class RunnerSection:
     max_epochs: int = 100
     max_steps: int = -1
     only_eval: bool = False
-    eval_before_train: bool = True
+    eval_before_train: bool = False
     eval_after_train: bool = True
     val_check_interval: int = -1
     eval_greedy: bool = True
@@ -167,6 +192,9 @@ class AlgorithmSection:
     target_kl: float | None = None
     critic_warmup_epochs: int = 0
     loss_agg_mode: str = "token-mean"
+    # policy decisions (action chunks) per env per rollout epoch, as the reference documents' RoboTwin settings
+    # give it: checked against env.train.max_steps_per_rollout_epoch / actor.model.num_action_chunks (null: unset)
+    n_chunk_steps: int | None = None
     clip_log_ratio_min: float | None = None
     clip_log_ratio_max: float | None = None
     entropy_type: str = "token_level"
@@ -204,6 +232,8 @@ class AlgorithmSection:
             errors += one_of(f"{prefix}.loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
         if self.target_kl is not None:
             errors += above(f"{prefix}.target_kl", self.target_kl, 0.0)
+        if self.n_chunk_steps is not None:
+            errors += at_least(f"{prefix}.n_chunk_steps", self.n_chunk_steps, 1)
         if self.critic_warmup_epochs > 0 and self.loss_type != "actor_critic":
             errors.append(
                 f"{prefix}.critic_warmup_epochs={self.critic_warmup_epochs!r} needs a critic: set it to 0 "

@@ -1,6 +1,12 @@
-"""Metric logging: ``MetricLogger`` fan-out (tensorboard, wandb, console) and the metric-name helpers."""
+"""Metric logging: ``MetricLogger`` fan-out (tensorboard, wandb, swanlab, console) and the metric-name helpers."""
 
-from vla_infra.logging.backends import BACKENDS, ConsoleBackend, TensorBoardBackend, WandbBackend
+from vla_infra.logging.backends import (
+    BACKENDS,
+    ConsoleBackend,
+    SwanlabBackend,
+    TensorBoardBackend,
+    WandbBackend,
+)
 from vla_infra.logging.metric_logger import MetricLogger, to_scalar
 from vla_infra.logging.names import (
     ENV,
@@ -28,6 +34,7 @@ __all__ = [
     "M",
     "MetricLogger",
     "StepTimer",
+    "SwanlabBackend",
     "TensorBoardBackend",
     "WandbBackend",
     "namespaced",

@@ -1,4 +1,4 @@
-"""Metric logger backends: tensorboard (default), wandb, console."""
+"""Metric logger backends: tensorboard (default), wandb, swanlab, console."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
-__all__ = ["BACKENDS", "ConsoleBackend", "MetricBackend", "TensorBoardBackend", "WandbBackend"]
+__all__ = [
+    "BACKENDS",
+    "ConsoleBackend",
+    "MetricBackend",
+    "SwanlabBackend",
+    "TensorBoardBackend",
+    "WandbBackend",
+]
 
 
 class MetricBackend(Protocol):
@@ -78,6 +85,43 @@ class WandbBackend:
         self.run.finish()
 
 
+class SwanlabBackend:
+    """A swanlab experiment in ``<log_dir>/swanlab``; ``swanlab_mode="offline"`` (or ``SWANLAB_MODE=offline``)
+    writes it there without a network (``swanlab sync`` uploads it later)."""
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        *,
+        project_name: str,
+        experiment_name: str,
+        config: Mapping[str, Any] | None = None,
+        swanlab_mode: str | None = None,
+        **_: Any,
+    ) -> None:
+        try:
+            import swanlab
+        except ImportError as err:  # an optional extra
+            raise ImportError(
+                "logger backend 'swanlab' needs the swanlab package: pip install 'vla-infra[swanlab]'"
+            ) from err
+        self.path = Path(log_dir) / "swanlab"
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.run = swanlab.init(
+            project=project_name,
+            experiment_name=experiment_name,
+            logdir=str(self.path),
+            config=dict(config or {}),
+            mode=swanlab_mode or os.environ.get("SWANLAB_MODE") or "cloud",
+        )
+
+    def log(self, metrics: Mapping[str, float], step: int) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
 class ConsoleBackend:
     """One compact line per logged step, at most every ``console_interval_s`` seconds.
 
@@ -122,5 +166,6 @@ class ConsoleBackend:
 BACKENDS: dict[str, type] = {
     "tensorboard": TensorBoardBackend,
     "wandb": WandbBackend,
+    "swanlab": SwanlabBackend,
     "console": ConsoleBackend,
 }

@@ -1,4 +1,4 @@
-"""``MetricLogger``: one ``log(dict, step)`` fanned out to tensorboard, wandb and the console."""
+"""``MetricLogger``: one ``log(dict, step)`` fanned out to tensorboard, wandb, swanlab and the console."""
 
 from __future__ import annotations
 
@@ -36,14 +36,17 @@ class MetricLogger:
     """Fan-out metric logger.
 
     Args:
-        backends: any of "tensorboard" (default), "wandb", "console".
+        backends: any of "tensorboard" (default), "wandb", "swanlab", "console".
         log_dir: run directory (``runner.logger.log_path``); tensorboard writes to ``<log_dir>/tensorboard``,
-            wandb to ``<log_dir>/wandb``.
-        project_name / experiment_name: wandb project and run name.
-        config: the run config, stored by wandb.
+            wandb to ``<log_dir>/wandb``, swanlab to ``<log_dir>/swanlab``.
+        project_name / experiment_name: wandb / swanlab project and run name.
+        config: the run config, stored by wandb and swanlab.
         console_interval_s: minimum seconds between console lines (0: every call).
         wandb_mode: "online", "offline" or "disabled"; default ``$WANDB_MODE`` or "online".
         console_stream: where console lines go (default stdout).
+        swanlab_mode: "cloud", "offline", "local" or "disabled"; default ``$SWANLAB_MODE`` or "cloud".
+        backend_names: per backend, ``(project_name, experiment_name)`` that replace the two above for it (e.g.
+            the wandb run's own names).
 
     Keys are logged exactly as given (``train/actor/policy_loss``...); see :mod:`vla_infra.logging.names`.
 
@@ -64,6 +67,8 @@ class MetricLogger:
         console_interval_s: float = 10.0,
         wandb_mode: str | None = None,
         console_stream: Any = None,
+        swanlab_mode: str | None = None,
+        backend_names: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         if isinstance(backends, str):
             backends = [backends]
@@ -79,12 +84,14 @@ class MetricLogger:
                     console_interval_s=console_interval_s, stream=console_stream
                 )
             else:
+                project, experiment = (backend_names or {}).get(name, (project_name, experiment_name))
                 self.backends[name] = BACKENDS[name](
                     self.log_dir,
-                    project_name=project_name,
-                    experiment_name=experiment_name,
+                    project_name=project,
+                    experiment_name=experiment,
                     config=config,
                     wandb_mode=wandb_mode,
+                    swanlab_mode=swanlab_mode,
                 )
         self._closed = False
 

@@ -1,0 +1,373 @@
+"""The reference user guides' YAML snippets, command-line settings and commands, taken from the guides' own text,
+compose here and mean what the guides say.
+
+The guides (`../shared/seeds/*.txt` next to the checkout, or `$VLA_GUIDES_DIR`) are web pages saved as text: most
+lost their indentation, so a snippet is rebuilt from its lines with the composed config as the schema (a key goes
+under the deepest open section that has it). Each snippet is pasted into a config file that starts from the shipped
+config the guide is about, composed, validated, and each of its settings is read back from the typed config at its
+home here (`train_embodied.config.aliases` names the homes of the guides' spellings). A snippet that cannot apply
+here must stop with one line, and is listed in `CANNOT_APPLY` with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from train_embodied.config import ConfigError, list_configs, load_train_config
+from train_embodied.config.aliases import ENV_EXTRA_ALIASES
+
+REPO = Path(__file__).resolve().parents[3]
+GUIDES_DIR = Path(os.environ.get("VLA_GUIDES_DIR", REPO.parent / "shared" / "seeds"))
+GUIDES = {
+    "libero": "000_1e6a3f0d559aefd8.txt",
+    "maniskill": "001_ab7455a39fcb519e.txt",
+    "metaworld": "002_ce25052214b76d20.txt",
+    "overview": "003_680f6f78d78cb51d.txt",
+    "robotwin": "004_27b5491e56a14261.txt",
+}
+#: The shipped config each guide's snippets are pasted into (the guide's own example config).
+BASE_CONFIG = {
+    "libero": "libero_10_grpo_openvlaoft",
+    "maniskill": "maniskill_ppo_openvla",
+    "metaworld": "metaworld_50_ppo_openpi",
+    "overview": "maniskill_ppo_openvla",
+    "robotwin": "robotwin_place_empty_cup_grpo_openvlaoft",
+}
+#: Snippets about one model go into that model's config: (guide, a setting of the snippet) -> config.
+BASE_BY_SETTING = {
+    ("robotwin", "actor.model.OpenPI.config_name=pi0_aloha_robotwin"): "robotwin_adjust_bottle_ppo_OpenPI",
+    (
+        "robotwin",
+        "actor.model.OpenPI.config_name=pi05_aloha_robotwin",
+    ): "robotwin_adjust_bottle_ppo_OpenPI_pi05",
+}
+#: The guides' prose settings for the OpenPI RoboTwin models ("For OpenPI configurations ...", "pi0 and pi0.5 Key
+#: Configuration") go into those models' configs: text that starts such a part -> whether it is about OpenPI.
+OPENPI_MARKERS = {
+    "For OpenPI configurations": True,
+    "OpenVLA-OFT Key Configuration": False,
+    "5Key Configuration": True,
+}
+OPENPI_CONFIG = "robotwin_adjust_bottle_ppo_OpenPI"
+PI05_CONFIG = "robotwin_adjust_bottle_ppo_OpenPI_pi05"
+
+#: (guide, setting) -> why it cannot apply here, and the start of the one line it stops with.
+CANNOT_APPLY = {
+    ("robotwin", "env.enable_offload=True"): (
+        "env workers keep their simulators resident (offload of the models: rollout / actor.enable_offload)",
+        "env.enable_offload=True is not supported",
+    ),
+}
+
+_KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:[/,][A-Za-z_][A-Za-z0-9_]*)*"
+_SCALAR = r'"[^"]*"|\'[^\']*\'|\[[^\]]*\]|\$\{[^}]*\}[^\s#]*|[^\s#]+'
+_YAML_LINE = re.compile(rf"^\s*({_KEY}):(?:\s+({_SCALAR}))?\s*(?:#.*)?$")
+_DOTTED = re.compile(
+    r"((?:actor|algorithm|env|fsdp|runner|rollout|cluster)(?:\.[A-Za-z_*][A-Za-z0-9_]*)+): "
+    r'("[^"]*"|\[[^\]]*\]|True|False|true|false|-?\d+(?:\.\d+)?|[a-z_]+(?=:))'
+)
+
+
+def guide_text(guide: str) -> str:
+    path = GUIDES_DIR / GUIDES[guide]
+    if not path.is_file():
+        pytest.skip(f"the reference guides are not here ({path}); set VLA_GUIDES_DIR")
+    return path.read_text(encoding="utf-8")
+
+
+def schema() -> dict[str, Any]:
+    """The composed base config's key tree, plus the guides' spellings (their homes are in config.aliases)."""
+    from train_embodied.config.defaults import base_config
+
+    tree = base_config()
+    for split in ("train", "eval"):
+        for key in ENV_EXTRA_ALIASES:
+            tree["env"][split][key] = {}
+    tree["actor"]["model"]["OpenPI"] = {}
+    return tree
+
+
+def _fits(key: str, node_schema: Any) -> bool:
+    if node_schema == {}:  # a free mapping (placement strings, adapter options, OpenPI settings)
+        return True
+    return isinstance(node_schema, dict) and key in node_schema
+
+
+def rebuild(pairs: list[tuple[str, str | None]], tree: dict[str, Any]) -> list[dict[str, Any]]:
+    """Nested snippets from flattened `(key, value)` lines: each key goes under the deepest open section whose
+    schema has it and that does not hold it yet. A repeated leaf after an "or" comment starts a variant."""
+    root: dict[str, Any] = {}
+    variants = []
+    stack: list[tuple[dict[str, Any], Any]] = [(root, tree)]
+    for key, value in pairs:
+        if key == "#or":
+            variants.append(yaml.safe_load(yaml.safe_dump(root)))
+            continue
+        for depth in range(len(stack) - 1, -1, -1):
+            node, sch = stack[depth]
+            if _fits(key, sch) and (key not in node or (variants and value is not None)):
+                break
+        else:
+            raise AssertionError(f"snippet line {key!r} fits no open section")
+        del stack[depth + 1 :]
+        if value is None:
+            child: dict[str, Any] = {}
+            node[key] = child
+            stack.append((child, sch.get(key, {}) if isinstance(sch, dict) and sch else {}))
+        else:
+            node[key] = yaml.safe_load(value)
+    return [*variants, root]
+
+
+def yaml_blocks(text: str) -> list[list[tuple[str, str | None]]]:
+    """Runs of consecutive YAML-looking lines (comments inside a run kept as markers)."""
+    blocks: list[list[tuple[str, str | None]]] = []
+    run: list[tuple[str, str | None]] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        m = _YAML_LINE.match(line)
+        if m:
+            run.append((m.group(1), m.group(2)))
+            continue
+        if stripped.startswith("#") and run:
+            if stripped.lstrip("# ").lower() == "or":
+                run.append(("#or", None))
+            elif stripped.endswith(".yaml:"):  # "# In env/train/NAME.yaml:" the file's content follows
+                run.append(("#file", stripped.split()[-1].rstrip(":")))
+            continue
+        if run:
+            blocks.append(run)
+        run = []
+    if run:
+        blocks.append(run)
+    return blocks
+
+
+def rst_yaml_blocks(text: str) -> list[dict[str, Any]]:
+    """The `.. code-block:: yaml` blocks of a reStructuredText guide, parsed as they are."""
+    out = []
+    for m in re.finditer(r"\.\. code-block:: yaml\n\s*\n((?:[ \t]+.*\n|\s*\n)+)", text):
+        body = "\n".join(line[3:] if line.startswith("   ") else line for line in m.group(1).splitlines())
+        out.append(yaml.safe_load(body))
+    return out
+
+
+def inline_runs(text: str) -> list[list[tuple[str, str | None]]]:
+    """YAML written on one line (`...True:runner: task_type: embodied logger: log_path: ...`)."""
+    out = []
+    for line in text.splitlines():
+        m = re.search(r"(runner): (task_type: .*)$", line)
+        if m:
+            pairs = re.findall(rf"({_KEY}):(?:\s+(\"[^\"]*\"|\[[^\]]*\]|-?[\w.]+)(?=\s|$))?", m.group(0))
+            out.append([(k, v or None) for k, v in pairs])
+    return out
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value and key not in ("component_placement",):
+            out.update(flatten(value, path + "."))
+        else:
+            out[path] = value
+    return out
+
+
+def guide_snippets(guide: str) -> list[dict[str, Any]]:
+    """Every YAML snippet of the guide, nested."""
+    text = guide_text(guide)
+    tree = schema()
+    if guide == "overview":
+        return rst_yaml_blocks(text)
+    snippets = []
+    for block in [*yaml_blocks(text), *inline_runs(text)]:
+        if block[0][0] not in tree and block[0][0] not in ("env/train", "env/eval"):
+            continue  # prose that happens to look like "Word: word"
+        if block[0][0] in ("env/train", "env/eval"):  # a defaults list, then an env file's content
+            cut = next(i for i, (k, _) in enumerate(block) if k == "#file")
+            snippets.append({"defaults": [{k: v} for k, v in block[:cut]]})
+            snippets += [{"env": {"train": s}} for s in rebuild(block[cut + 1 :], tree["env"]["train"])]
+            continue
+        snippets += rebuild(block, tree)
+    return snippets
+
+
+def guide_settings(guide: str) -> list[tuple[str, str, bool]]:
+    """The `key: value` settings the guide's prose gives (`algorithm.n_chunk_steps: 8`, `env.*.task_config...`),
+    each with whether the guide gives it for the OpenPI (pi0 / pi0.5) models."""
+    text = guide_text(guide)
+    markers = sorted(
+        (m.start(), openpi) for marker, openpi in OPENPI_MARKERS.items() for m in re.finditer(marker, text)
+    )
+    out = []
+    for m in _DOTTED.finditer(text):
+        key, value = m.groups()
+        openpi = next((o for pos, o in reversed(markers) if pos < m.start()), False)
+        for k in (
+            [key.replace("env.*.", f"env.{s}.") for s in ("train", "eval")] if "env.*." in key else [key]
+        ):
+            if (k, value, openpi) not in out:
+                out.append((k, value, openpi))
+    # "it is recommended to use enable_offload: True" (RoboTwin's GPU memory): the env's offload
+    out += [(f"env.{k}", v, False) for k, v in re.findall(r"use (enable_offload): (True)", text)]
+    return out
+
+
+# ---- reading a setting back at its home here
+
+
+def home_value(tc: Any, key: str) -> Any:
+    """The value the typed config holds for the guide's `key`."""
+    parts = key.split(".")
+    if parts[0] == "rollout" and parts[1:] == ["model", "model_path"]:
+        return tc.actor.model.model_path
+    if parts[0] == "fsdp":
+        return getattr(tc.actor.fsdp_config, parts[1])
+    if parts[0] == "video_cfg":
+        return getattr(tc.env_train.video, parts[1])
+    if parts[0] == "trainer":
+        wandb = tc.trainer.logger.wandb
+        if parts[-1] == "enable":
+            return "wandb" in tc.runner.logger.logger_backends
+        return getattr(wandb, parts[-1])
+    if parts[0] == "env":
+        env = tc.env_train if parts[1] == "train" else tc.env_eval
+        run = tc.train_run if parts[1] == "train" else tc.eval_run
+        rest = parts[2:]
+        if rest[0] in ENV_EXTRA_ALIASES:
+            rest = ["extra", *rest]
+        if rest[0] == "video_cfg":
+            rest = ["video", *rest[1:]]
+        obj: Any = run if hasattr(run, rest[0]) else env
+        for p in rest:
+            obj = obj[p] if isinstance(obj, dict) else getattr(obj, p)
+        return obj
+    obj = tc
+    for p in parts:
+        obj = obj[p] if isinstance(obj, dict) else getattr(obj, p)
+    return obj
+
+
+def same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a == b
+    if isinstance(a, str) and not isinstance(b, str):
+        return a == str(b)
+    return a == b
+
+
+def compose_snippet(tmp_path: Path, base: str, snippet: dict[str, Any], overrides: list[str] = ()):
+    body = dict(snippet)
+    # a defaults list of the guide's (`env/train: NAME`) goes before the shipped config, whose own settings (GRPO
+    # groups, ...) then apply on top, as they do on top of its own `env@env.train: NAME`
+    defaults = [*body.pop("defaults", []), base, "_self_"]
+    path = tmp_path / "user_config.yaml"
+    path.write_text(yaml.safe_dump({"defaults": defaults, **body}, sort_keys=False))
+    return load_train_config(str(path), list(overrides), check_paths=False)
+
+
+def _base_for(guide: str, settings: dict[str, Any]) -> str:
+    for (g, setting), config in BASE_BY_SETTING.items():
+        key, value = setting.split("=", 1)
+        if g == guide and str(settings.get(key)) == value:
+            return config
+    return BASE_CONFIG[guide]
+
+
+def _resolved(value: Any, tc: Any) -> Any:
+    """A `${runner.logger.log_path}` interpolation of the snippet, as the composed config resolves it."""
+    if isinstance(value, str) and "${runner.logger.log_path}" in value:
+        return value.replace("${runner.logger.log_path}", tc.runner.logger.log_path)
+    return value
+
+
+@pytest.mark.parametrize("guide", list(GUIDES))
+def test_every_snippet_composes_with_the_guides_meaning(guide: str, tmp_path: Path) -> None:
+    snippets = guide_snippets(guide)
+    assert snippets, f"no YAML snippet found in the {guide} guide"
+    checked = 0
+    for snippet in snippets:
+        settings = flatten({k: v for k, v in snippet.items() if k != "defaults"})
+        base = _base_for(guide, settings)
+        tc = compose_snippet(tmp_path, base, snippet)
+        for key, value in settings.items():
+            if key.startswith("cluster.component_placement"):
+                assert tc.cluster.component_placement == value, (guide, snippet)
+            else:
+                got = home_value(tc, key)
+                assert same(got, _resolved(value, tc)), f"{guide}: {key}: {value!r} reads back as {got!r}"
+            checked += 1
+        for entry in snippet.get("defaults", []):  # `env/train: NAME` places the env option NAME
+            ((group, name),) = entry.items()
+            env = tc.env_train if group == "env/train" else tc.env_eval
+            assert env.task == name.removeprefix("robotwin_"), (group, name, env.task)
+    assert checked >= 3
+
+
+@pytest.mark.parametrize("guide", list(GUIDES))
+def test_every_prose_setting_composes_with_the_guides_meaning(guide: str) -> None:
+    settings = guide_settings(guide)
+    if guide in ("libero", "maniskill", "metaworld", "overview"):
+        assert settings == [], "these guides give settings only in snippets"
+        return
+    assert len(settings) >= 15
+    for key, value, openpi in settings:
+        base = BASE_CONFIG[guide]
+        if openpi:
+            base = PI05_CONFIG if "pi05" in value else OPENPI_CONFIG
+        override = f"{key}={value}"
+        reason = CANNOT_APPLY.get((guide, override))
+        if reason is not None:
+            with pytest.raises(ConfigError) as err:
+                load_train_config(base, [override], check_paths=False)
+            assert str(err.value).splitlines()[0].startswith(reason[1]), err.value
+            continue
+        tc = load_train_config(base, [override], check_paths=False)
+        assert same(home_value(tc, key), yaml.safe_load(value)), f"{guide}: {override} in {base}"
+
+
+def test_guides_commands_name_shipped_configs_and_launchers() -> None:
+    names: set[str] = set()
+    for guide in GUIDES:
+        text = guide_text(guide)
+        for script, name in re.findall(r"bash examples/embodiment/(\w+\.sh) (\w+)", text):
+            assert (REPO / "scripts" / script).is_file(), f"the {guide} guide's launcher {script}"
+            if name != "CHOSEN_CONFIG":
+                names.add(name)
+        names.update(re.findall(r"examples/embodiment/config/(\w+)\.yaml", text))
+    assert len(names) >= 14
+    missing = sorted(names - set(list_configs()))
+    assert not missing, f"configs the guides name that are not shipped: {missing}"
+    for name in sorted(names):
+        load_train_config(name, check_paths=False)
+
+
+def test_env_group_syntax_selects_the_env_option(tmp_path: Path) -> None:
+    """`env/train: NAME` / `env/eval: NAME` in a defaults list and `env/eval=NAME` on the command line place the env
+    option NAME where `env@env.eval: NAME` does."""
+    base = "robotwin_place_empty_cup_grpo_openvlaoft"
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"defaults": [base, {"env/eval": "robotwin_adjust_bottle_pi"}, "_self_"]}))
+    by_file = load_train_config(str(path), check_paths=False)
+    run = f"runner.logger.log_dir={tmp_path / 'run'}"
+    by_override = load_train_config(base, ["env/eval=robotwin_adjust_bottle_pi", run], check_paths=False)
+    ours = load_train_config(base, ["env@env.eval=robotwin_adjust_bottle_pi", run], check_paths=False)
+    assert by_file.env_eval.task == by_override.env_eval.task == ours.env_eval.task == "adjust_bottle"
+    assert by_override.env_eval == ours.env_eval
+    for env in (by_file.env_eval, by_override.env_eval):  # the option's own settings
+        assert env.extra["task_config"]["embodiment"] == ["aloha-agilex"]
+        assert env.wrist_camera == "both"
+    assert by_file.env_train.task == "place_empty_cup"
+    with pytest.raises(
+        ConfigError, match="unknown option 'env/no_such_env' for config group 'env'; available: "
+    ):
+        load_train_config(base, ["env/eval=no_such_env"], check_paths=False)

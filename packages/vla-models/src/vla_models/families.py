@@ -130,9 +130,11 @@ def unregister_family(name: str) -> None:
 
 
 def families() -> tuple[ModelFamily, ...]:
-    """Every registered family, in registration order."""
+    """Every registered family, by name: the order checkpoint detection tries them in, whatever order their
+    modules were imported in (a published OpenVLA folder is any folder without a saved family, so the
+    families with a specific layout, pi0's, come first)."""
     _discover()
-    return tuple(_FAMILIES.values())
+    return tuple(sorted(_FAMILIES.values(), key=lambda f: f.name))
 
 
 def family_names() -> tuple[str, ...]:

@@ -43,6 +43,7 @@ OPENPI_KEYS = (
     "adapt_to_pi",
     "asset_id",
     "norm_stats_path",
+    "norm_style",
     "sft_loss_dims",
     "time_embedding_dtype",
     "tokenizer",

@@ -33,6 +33,12 @@ from vla_models.checkpoint import INDEX_NAME, read_json, read_state_dict
 from vla_models.dtypes import default_dtype
 from vla_models.lora import has_lora, merged_state_dict
 from vla_models.openpi.configuration_openpi import CONFIG_PRESETS, OpenPiConfig, PaliGemmaExpertSizes
+from vla_models.openpi.lerobot_folder import (
+    is_lerobot_config,
+    lerobot_norm_stats,
+    lerobot_settings,
+    lerobot_tokenizer_name,
+)
 from vla_models.openpi.processing_openpi import read_norm_stats, write_norm_stats
 
 logger = logging.getLogger(__name__)
@@ -47,6 +53,7 @@ _UNUSED = (
     "paligemma_with_expert.gemma_expert.model.embed_tokens.weight",
 )
 _OPTIONAL_HEADS = ("value_head.", "noise_head.")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
 # the flow_noise head as an ``nn.Sequential`` (``noise_head.mlp.<0|2|4>.*``) -> the reference framework's names
 _SEQUENTIAL_NOISE_HEAD = re.compile(r"^noise_head\.mlp\.(\d+)\.")
 _NOISE_BUFFERS = ("noise_head.logvar_min", "noise_head.logvar_max")
@@ -170,19 +177,80 @@ def _facts_from_tensors(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
     return facts
 
 
-def _published_config(d: dict[str, Any], sd: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """Config fields of a folder without our block (openpi / lerobot / transformers config.json): real sizes,
-    the action horizon it states and what the tensors show."""
+_PG_MODEL = _PG + "model."
+_EXPERT_MODEL = "paligemma_with_expert.gemma_expert.model."
+#: SigLIP so400m's heads (openpi and lerobot fix PaliGemma's vision tower; its head count is not in the shapes)
+SIGLIP_HEADS = 16
+
+
+def _depth(sd: dict[str, torch.Tensor], prefix: str) -> int:
+    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
+    return len({m.group(1) for k in sd if (m := pattern.match(k))})
+
+
+def sizes_from_tensors(sd: dict[str, torch.Tensor]) -> PaliGemmaExpertSizes:
+    """The model sizes a folder's tensors (in this package's names) show.
+
+    Every openpi Gemma variant has one key/value head, so the head size is the key projection's width and the
+    head count the query projection's over it; SigLIP's head count is so400m's 16.
+    """
+
+    def shape(name: str) -> tuple[int, ...]:
+        if name not in sd:
+            raise ValueError(f"the checkpoint lacks {name}, which sizes the model")
+        return tuple(sd[name].shape)
+
+    lm, ex, vt = _PG_MODEL + "language_model.", _EXPERT_MODEL, _VISION
+    q, k = shape(lm + "layers.0.self_attn.q_proj.weight"), shape(lm + "layers.0.self_attn.k_proj.weight")
+    eq = shape(ex + "layers.0.self_attn.q_proj.weight")
+    patch = shape(vt + "embeddings.patch_embedding.weight")
+    n_pos = shape(vt + "embeddings.position_embedding.weight")[0]
+    side = math.isqrt(n_pos)
+    vision_width = patch[0]
+    return PaliGemmaExpertSizes(
+        image_size=side * patch[-1],
+        patch_size=patch[-1],
+        vision_width=vision_width,
+        vision_depth=_depth(sd, vt + "encoder.layers."),
+        vision_heads=SIGLIP_HEADS if vision_width % SIGLIP_HEADS == 0 else 1,
+        vision_mlp=shape(vt + "encoder.layers.0.mlp.fc1.weight")[0],
+        width=q[1],
+        depth=_depth(sd, lm + "layers."),
+        mlp=shape(lm + "layers.0.mlp.gate_proj.weight")[0],
+        num_heads=q[0] // k[0],
+        num_kv_heads=1,
+        head_dim=k[0],
+        vocab_size=shape(_EMBED)[0],
+        expert_width=eq[1],
+        expert_mlp=shape(ex + "layers.0.mlp.gate_proj.weight")[0],
+    )
+
+
+def _published_config(
+    folder: Path, d: dict[str, Any], sd: dict[str, torch.Tensor]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Config fields of a folder without our block (openpi / lerobot / transformers config.json): the sizes the
+    tensors show, what the tensors and the config.json state; and the settings a lerobot config records."""
     cd: dict[str, Any] = {
-        "sizes": PaliGemmaExpertSizes.pi0_base(),
+        "sizes": sizes_from_tensors(sd),
         "tokenizer": "checkpoint",
         "value_head_activation": "relu",  # the reference framework's pi0 / pi0.5 critic
     }
-    horizon = d.get("action_horizon", d.get("chunk_size", d.get("n_action_steps")))
-    if isinstance(horizon, int):
-        cd["action_horizon"] = horizon
+    recorded: dict[str, Any] = {}
+    if is_lerobot_config(d):
+        recorded, image_size = lerobot_settings(folder, d)
+        if image_size is not None and image_size != cd["sizes"].image_size:
+            raise ValueError(
+                f"{folder}/config.json: image_resolution={d['image_resolution']!r} does not fit the vision "
+                f"tower's {cd['sizes'].image_size} px position embedding"
+            )
+    else:
+        horizon = d.get("action_horizon", d.get("chunk_size", d.get("n_action_steps")))
+        if isinstance(horizon, int):
+            cd["action_horizon"] = horizon
     cd.update(_facts_from_tensors(sd))
-    return cd
+    cd.update(recorded)
+    return cd, recorded
 
 
 def value_head_shape(sd: dict[str, torch.Tensor]) -> tuple[int, tuple[int, ...]] | None:
@@ -269,12 +337,13 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
     sd, layout, dropped = to_internal(raw)
     if dropped:
         logger.info("%s (%s layout): unused tensors not loaded: %s", p, layout, dropped)
+    recorded: dict[str, Any] = {}
     if isinstance(d.get("vla_models"), dict):
         cd = dict(d["vla_models"])
         cd.pop("family", None)
         cd.setdefault("value_head_activation", "gelu")  # a block that does not name it holds a GELU critic
     else:
-        cd = _published_config(d, sd)
+        cd, recorded = _published_config(p, d, sd)
     sizes = cd.get("sizes")
     sizes = PaliGemmaExpertSizes(**sizes) if isinstance(sizes, dict) else sizes
     for key in ("image_size", "patch_size"):
@@ -297,6 +366,14 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
                 f"set {key}: {saved!r} or leave it unset"
             )
         merged[key] = saved
+    for key, saved in recorded.items():
+        given = overrides.get(key, preset.get(key))
+        if key not in facts and given is not None and given != saved:
+            raise ValueError(
+                f"{key}={given!r} contradicts the lerobot folder at {p}, which records {key}={saved!r}; "
+                f"leave {key} unset to use it"
+            )
+        merged[key] = saved
     if "noise_method" not in merged:
         merged["noise_method"] = OpenPiConfig.noise_method
     for key, saved in _head_settings(sd, merged, sizes).items():
@@ -315,12 +392,21 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
         found = find_norm_stats(p, merged.get("asset_id"))
         if found is not None:
             merged["norm_stats"] = read_norm_stats(found)
+        else:
+            merged["norm_stats"] = lerobot_norm_stats(p)
     try:
         cfg = OpenPiConfig.from_dict(merged)
     except TypeError as e:
         raise ValueError(f"{p}: {e}") from None
     if cfg.tokenizer == "tiny":
         tokenizer = build_tiny_tokenizer(vocab_size=cfg.sizes.vocab_size - 1, n_bins=8)
+    elif cfg.tokenizer == "checkpoint" and not any((p / f).is_file() for f in _TOKENIZER_FILES):
+        named = lerobot_tokenizer_name(p)
+        source = f"; its pre-processor names {named!r}, which is not downloaded" if named else ""
+        raise FileNotFoundError(
+            f"{p} has no tokenizer ({' or '.join(_TOKENIZER_FILES)}){source}: set tokenizer=<a local folder "
+            "with tokenizer.json or tokenizer.model> (actor.model.openpi.tokenizer in the app)"
+        )
     else:
         tokenizer = load_tokenizer(p if cfg.tokenizer == "checkpoint" else cfg.tokenizer)
     with default_dtype(torch.float32):

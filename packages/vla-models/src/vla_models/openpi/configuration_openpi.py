@@ -13,6 +13,7 @@ SFT_LOSS_DIMS = ("all", "env")
 ATTN_IMPLEMENTATIONS = ("sdpa", "eager")
 TIME_DTYPES = ("float64", "float32")
 VALUE_HEAD_ACTIVATIONS = ("relu", "gelu", "tanh")
+NORM_STYLES = ("openpi", "lerobot")
 
 
 @dataclass(kw_only=True)
@@ -155,6 +156,8 @@ class OpenPiConfig:
         state_indices: env state columns the model sees (None: all).
         norm_stats: openpi ``norm_stats.json`` content (``{"state": {...}, "actions": {...}}``) or None (identity).
         use_quantile_norm: quantile instead of z-score normalisation (None: pi0 z-score, pi0.5 quantiles).
+        norm_style: the normalisation's epsilon: "openpi" (``std + 1e-6``, ``q99 - q01 + 1e-6``) or "lerobot"
+            (``std + 1e-8``; quantiles divide by ``q99 - q01``, 1e-8 only where the two are equal).
         delta_action_mask: per action dim, whether the model predicts it relative to the state (None: absolute).
         adapt_to_pi: ALOHA joint flips and gripper maps between the env and the pi0 space.
         asset_id: where ``load_policy`` looks for ``norm_stats.json`` (``assets/<asset_id>/`` or ``<asset_id>/``).
@@ -198,6 +201,7 @@ class OpenPiConfig:
     state_indices: tuple[int, ...] | None = None
     norm_stats: dict[str, Any] | None = None
     use_quantile_norm: bool | None = None
+    norm_style: str = "openpi"
     delta_action_mask: tuple[bool, ...] | None = None
     adapt_to_pi: bool = False
     asset_id: str | None = None
@@ -235,6 +239,7 @@ class OpenPiConfig:
             "attn_implementation": (self.attn_implementation, ATTN_IMPLEMENTATIONS),
             "time_embedding_dtype": (self.time_embedding_dtype, TIME_DTYPES),
             "value_head_activation": (self.value_head_activation, VALUE_HEAD_ACTIVATIONS),
+            "norm_style": (self.norm_style, NORM_STYLES),
         }
         for name, (v, allowed) in checks.items():
             if v not in allowed:

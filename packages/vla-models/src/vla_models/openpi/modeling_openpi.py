@@ -340,12 +340,9 @@ class OpenPiPolicy(nn.Module):
         self.tokenizer = tokenizer
         self.prompts = PromptTokenizer(tokenizer, cfg.token_len, state_in_prompt=cfg.state_in_prompt)
         stats = cfg.norm_stats or {}
-        self.state_normalizer = (
-            OpenPiNormalizer(stats["state"], quantile=cfg.quantile_norm) if "state" in stats else None
-        )
-        self.action_normalizer = (
-            OpenPiNormalizer(stats["actions"], quantile=cfg.quantile_norm) if "actions" in stats else None
-        )
+        norm = dict(quantile=cfg.quantile_norm, style=cfg.norm_style)
+        self.state_normalizer = OpenPiNormalizer(stats["state"], **norm) if "state" in stats else None
+        self.action_normalizer = OpenPiNormalizer(stats["actions"], **norm) if "actions" in stats else None
         self.global_step = 0
 
     # ---- setup --------------------------------------------------------------------------------------------

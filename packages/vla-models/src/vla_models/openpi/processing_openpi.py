@@ -21,13 +21,21 @@ import torch
 import torch.nn.functional as F
 
 NORM_EPS = 1e-6
+LEROBOT_NORM_EPS = 1e-8
 
 
 class OpenPiNormalizer:
-    """openpi's normalisation of one quantity (``state`` or ``actions``) over its first ``dim`` entries."""
+    """openpi's normalisation of one quantity (``state`` or ``actions``) over its first ``dim`` entries.
 
-    def __init__(self, stats: Mapping[str, Sequence[float]], *, quantile: bool) -> None:
+    ``style="lerobot"`` uses lerobot's epsilon instead: ``std + 1e-8``, and quantiles divided by ``q99 - q01``
+    (1e-8 only where the two are equal).
+    """
+
+    def __init__(
+        self, stats: Mapping[str, Sequence[float]], *, quantile: bool, style: str = "openpi"
+    ) -> None:
         self.quantile = quantile
+        self.style = style
         keys = ("q01", "q99") if quantile else ("mean", "std")
         missing = [k for k in keys if k not in stats]
         if missing:
@@ -37,28 +45,27 @@ class OpenPiNormalizer:
         self.dim = int(a.shape[0])
 
     def _ab(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(offset, scale, d): ``normalised = (x - offset) / scale`` (before the quantiles' ``* 2 - 1``)."""
         d = min(self.dim, x.shape[-1])
-        return self.a[:d].to(x.device), self.b[:d].to(x.device), d
+        a, b = self.a[:d].to(x.device), self.b[:d].to(x.device)
+        if self.style == "lerobot":
+            scale = torch.where(b == a, LEROBOT_NORM_EPS, b - a) if self.quantile else b + LEROBOT_NORM_EPS
+        else:
+            scale = b - a + NORM_EPS if self.quantile else b + NORM_EPS
+        return a, scale, d
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
-        a, b, d = self._ab(x)
-        head = (
-            (x[..., :d] - a) / (b - a + NORM_EPS) * 2 - 1
-            if self.quantile
-            else (x[..., :d] - a) / (b + NORM_EPS)
-        )
+        a, scale, d = self._ab(x)
+        head = (x[..., :d] - a) / scale
+        head = head * 2 - 1 if self.quantile else head
         return torch.cat([head, x[..., d:]], dim=-1)
 
     def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
-        a, b, d = self._ab(x)
-        head = (
-            (x[..., :d] + 1) / 2 * (b - a + NORM_EPS) + a
-            if self.quantile
-            else x[..., :d] * (b + NORM_EPS) + a
-        )
-        return torch.cat([head, x[..., d:]], dim=-1)
+        a, scale, d = self._ab(x)
+        head = (x[..., :d] + 1) / 2 if self.quantile else x[..., :d]
+        return torch.cat([head * scale + a, x[..., d:]], dim=-1)
 
 
 def read_norm_stats(path: str | Path) -> dict[str, Any]:

@@ -145,3 +145,17 @@ def test_bf16_keeps_projections_time_mlp_norms_and_heads_in_float32(tmp_path) ->
     policy.save_pretrained(str(tmp_path / "bf16"))
     again = load_policy(str(tmp_path / "bf16"), add_value_head=True)
     assert again.action_in_proj.weight.dtype == torch.float32 and again.dtype == torch.bfloat16
+
+
+def test_real_size_folder_sizes_and_critic_are_read_from_the_tensors() -> None:
+    """A real-size pi0.5 LIBERO PPO state dict (built on the meta device): the sizes read from its tensors are
+    PaliGemma 3B + the 300M expert, and its critic is the reference's 1024-512-256 on the language model."""
+    from vla_models.openpi.checkpoint_openpi import sizes_from_tensors, value_head_shape
+
+    with torch.device("meta"):
+        policy = build_policy(
+            OpenPiConfig.pi0_base(config_name="pi05_libero", tokenizer="tiny", add_value_head=True)
+        )
+    sd = policy.state_dict()
+    assert sizes_from_tensors(sd) == OpenPiConfig.pi0_base().sizes
+    assert value_head_shape(sd) == (2048, (1024, 512, 256))

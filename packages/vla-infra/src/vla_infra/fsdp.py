@@ -261,7 +261,12 @@ def _group_entry(
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
     if backend == "nccl":
         torch.cuda.set_device(rank)
-    dist.init_process_group(backend, rank=rank, world_size=world_size)
+    from vla_infra.rendezvous import tcp_store
+
+    if backend == "gloo":
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # local ranks: gloo's connections on loopback
+    store = tcp_store("127.0.0.1", port, world_size, is_master=rank == 0)  # loopback only
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size)
     try:
         fn(rank, world_size, *args)
     finally:

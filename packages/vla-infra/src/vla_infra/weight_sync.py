@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from vla_infra.fsdp import full_state_dict, is_fsdp_model
+from vla_infra.rendezvous import tcp_store
 
 __all__ = [
     "InProcessTransport",
@@ -348,7 +349,8 @@ class PeerGroup:
             raise ValueError(f"backend={backend!r} is not supported; allowed: 'gloo', 'nccl'")
         timeout = timedelta(seconds=timeout_s)
         self.rank, self.world_size, self.backend = rank, world_size, backend
-        self.store = dist.TCPStore(host, port, world_size, is_master=rank == 0, timeout=timeout)
+        # listens on `host`'s interface only (loopback on one machine)
+        self.store = tcp_store(host, port, world_size, is_master=rank == 0, timeout=timeout)
         if backend == "gloo":
             opts = dist.ProcessGroupGloo._Options()
             if bind_host is None and host.startswith("127."):

@@ -133,12 +133,17 @@ class Worker:
                 "init_process_group needs one OS process per rank; the local backend runs all ranks "
                 "in one process: use the Ray backend"
             )
+        from vla_infra.rendezvous import tcp_store
+
         backend = backend or ("nccl" if info.local_gpu is not None and torch.cuda.is_available() else "gloo")
+        if backend == "gloo" and str(info.master_addr).startswith("127."):
+            os.environ.setdefault(
+                "GLOO_SOCKET_IFNAME", "lo"
+            )  # one machine: gloo's connections on loopback too
+        # the store listens on MASTER_ADDR's interface only (loopback on one machine), not on every interface
+        store = tcp_store(info.master_addr, int(info.master_port), info.world_size, is_master=info.rank == 0)
         torch.distributed.init_process_group(
-            backend=backend,
-            init_method=f"tcp://{info.master_addr}:{info.master_port}",
-            rank=info.rank,
-            world_size=info.world_size,
+            backend=backend, store=store, rank=info.rank, world_size=info.world_size
         )
 
     def recover(self) -> None:

@@ -1,6 +1,6 @@
-"""Advantages of a rollout: the `algorithm.adv_type` estimator registered in vla_algos, then whitening, the
-executed-action mask and the `loss_agg_mode` weights (all from vla_algos); this module only feeds the rollout
-in and names the logged statistics.
+"""Advantages of a rollout: one `vla_algos.rollout_advantages` call (the `algorithm.adv_type` estimator, the reward
+filter per task, whitening, the executed-action mask and the `loss_agg_mode` weights); this module only feeds the
+rollout and the `algorithm` settings in, groups the rows by task and names the logged statistics.
 
 `reward_type` says what one transition is: `chunk_level` sums the rewards of a chunk (one transition per
 decision); `action_level` keeps one transition per action of the chunk (the chunk's value is reused for
@@ -18,15 +18,7 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection
 from train_embodied.rollout import RolloutBatch
-from vla_algos import (
-    chunk_done,
-    first_episode_scores,
-    get_advantage_estimator,
-    get_loss_agg_mode,
-    labelled_reward_filter,
-    normalize_advantages,
-    rollout_action_mask,
-)
+from vla_algos import get_advantage_estimator, rollout_advantages
 
 
 @dataclass
@@ -34,7 +26,7 @@ class Advantages:
     """advantages [T, B] or [T, B, C]; returns [T, B] value targets (None without a critic);
     loss_mask bool [T, B]; action_mask bool [T, B, C]: actions the env executed (an episode that ends inside
     a chunk ignores the chunk's later actions: they get no gradient); stats for logging; sample_weight [T, B]
-    per-decision loss weights of `loss_agg_mode` (None: uniform); stat_weights: how many entries each of `stats`
+    the `loss_agg_mode` weight of each loss entry of a decision (None: uniform); stat_weights: how many entries each of `stats`
     averages (to join the stats of a rollout spread over data-parallel ranks)."""
 
     advantages: torch.Tensor
@@ -65,112 +57,48 @@ def compute_advantages(
         raise ValueError(
             f"algorithm.adv_type={algo.adv_type!r} needs values: set actor.model.add_value_head=true"
         )
-    # bootstrap_truncated=false: a timed-out episode ends like a terminated one (no value after it)
-    terminated = batch.terminated if algo.bootstrap_truncated else batch.terminated | batch.truncated
-    est = estimator(
+    if algo.filter_rewards and not estimator.grouped_starts and algo.per_task_advantages == "none":
+        raise ValueError(
+            f"algorithm.filter_rewards=True with algorithm.adv_type={algo.adv_type!r} needs the rows grouped by "
+            "task: set algorithm.per_task_advantages to center or whiten"
+        )
+    groups, num_groups = (None, None)
+    if algo.per_task_advantages != "none":
+        groups, num_groups = task_groups if task_groups is not None else _task_groups(batch, algo)
+    out = rollout_advantages(
         rewards=batch.rewards,
-        terminated=terminated,
+        terminated=batch.terminated,
         truncated=batch.truncated,
         loss_mask=batch.loss_mask,
         values=batch.values,
         last_values=batch.last_values,
         final_values=batch.final_values,
+        adv_type=algo.adv_type,
         gamma=algo.gamma,
         gae_lambda=algo.gae_lambda,
         reward_type=algo.reward_type,
+        logprob_type=algo.logprob_type,
         group_size=algo.group_size,
+        loss_agg_mode=algo.loss_agg_mode,
+        normalize=algo.normalize_advantages,
+        whiten_std_eps=algo.whiten_std_eps,
         reward_bounds=(algo.rewards_lower_bound, algo.rewards_upper_bound) if algo.filter_rewards else None,
-        discount_scores=algo.discount_scores,
-        normalize_returns=algo.normalize_returns,
-    )
-    loss_mask = est.loss_mask
-    stats = {f"rollout/{k}": v for k, v in est.stats.items()}
-    action_mask = rollout_action_mask(batch.terminated, batch.truncated)
-    groups, num_groups = (None, None)
-    if algo.per_task_advantages != "none":
-        groups, num_groups = task_groups if task_groups is not None else _task_groups(batch, algo)
-    # PPO's filter_rewards (per_task_advantages set, checked by the config): a task whose episodes in this rollout
-    # all failed (or all succeeded) leaves the policy alone; its rows still train the critic (loss_mask unchanged)
-    keep_rows = None
-    if algo.filter_rewards and not estimator.grouped_starts:
-        if groups is None or num_groups is None:
-            raise ValueError(
-                f"algorithm.filter_rewards=True with algorithm.adv_type={algo.adv_type!r} needs the rows grouped by "
-                "task: set algorithm.per_task_advantages to center or whiten"
-            )
-        scores = first_episode_scores(
-            batch.rewards.sum(-1),
-            chunk_done(batch.terminated, batch.truncated),
-            gamma=algo.gamma if algo.discount_scores else 1.0,
-        )
-        keep_rows = labelled_reward_filter(
-            scores,
-            groups,
-            num_groups,
-            lower=algo.rewards_lower_bound,
-            upper=algo.rewards_upper_bound,
-            all_reduce=all_reduce,
-        )
-        stats["rollout/kept_group_fraction"] = float(keep_rows.float().mean())
-        stats["rollout/scores_mean"] = float(scores.mean())
-    advantages = normalize_advantages(
-        est.advantages,
-        loss_mask if keep_rows is None else loss_mask & keep_rows[None, :],
-        action_mask,
-        # advantages normalised within their group already (GRPO) are not whitened again, as in the reference
-        whiten=algo.normalize_advantages and not estimator.group_normalized,
-        all_reduce=all_reduce,
         groups=groups,
         num_groups=num_groups,
-        group_mode="whiten" if algo.per_task_advantages == "none" else algo.per_task_advantages,
-        std_eps=algo.whiten_std_eps,
+        group_mode=algo.per_task_advantages,
+        discount_scores=algo.discount_scores,
+        normalize_returns=algo.normalize_returns,
+        bootstrap_truncated=algo.bootstrap_truncated,
+        all_reduce=all_reduce,
     )
-    if keep_rows is not None:
-        advantages = advantages * keep_rows.view((1, -1) + (1,) * (advantages.ndim - 2)).to(advantages.dtype)
-    sel_mask = loss_mask if advantages.ndim == 2 else loss_mask[..., None] & action_mask
-    sel = advantages[sel_mask] if sel_mask.any() else advantages.reshape(-1)[:1] * 0
-    stats.update(
-        {
-            "rollout/advantages_mean": float(sel.mean()),
-            "rollout/advantages_max": float(sel.max()),
-            "rollout/advantages_min": float(sel.min()),
-            "rollout/rewards": float(batch.rewards.sum(-1)[batch.loss_mask].mean()),
-            "rollout/num_samples": float(loss_mask.sum()),
-        }
-    )
-    rows = float(batch.rewards.shape[1])
-    weights = {k: rows for k in stats}  # the estimator's own statistics: per env row
-    weights.update(
-        {
-            "rollout/advantages_mean": float(sel_mask.sum()),
-            "rollout/advantages_max": float(sel_mask.sum()),
-            "rollout/advantages_min": float(sel_mask.sum()),
-            "rollout/rewards": float(batch.loss_mask.sum()),
-        }
-    )
-    if est.returns is not None:
-        weights.update({f"rollout/returns_{k}": float(loss_mask.sum()) for k in ("mean", "max", "min")})
-        r = est.returns[loss_mask]
-        stats.update(
-            {
-                "rollout/returns_mean": float(r.mean()),
-                "rollout/returns_max": float(r.max()),
-                "rollout/returns_min": float(r.min()),
-            }
-        )
-    done = chunk_done(batch.terminated, batch.truncated)
-    # a ratio per action or per token has one loss entry per executed action (times the action's tokens, the same
-    # for every action): an episode's weight is spread over those, not over its decisions
-    entries = None if algo.logprob_type == "chunk_level" else action_mask.sum(-1)
-    weight = get_loss_agg_mode(algo.loss_agg_mode)(loss_mask, done, entries=entries)
     return Advantages(
-        advantages=advantages,
-        returns=est.returns,
-        loss_mask=loss_mask,
-        action_mask=action_mask,
-        stats=stats,
-        sample_weight=weight,
-        stat_weights=weights,
+        advantages=out.advantages,
+        returns=out.returns,
+        loss_mask=out.loss_mask,
+        action_mask=out.action_mask,
+        stats={f"rollout/{k}": v for k, v in out.stats.items()},
+        sample_weight=out.sample_weight,
+        stat_weights={f"rollout/{k}": v for k, v in out.stat_weights.items()},
     )
 
 

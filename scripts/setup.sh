@@ -33,7 +33,7 @@ echo "[setup] installing the packages and the app (editable, extras: $EXTRAS)"
     -e packages/vla-algos \
     -e "packages/vla-envs[$EXTRAS]" \
     -e "packages/vla-models[triton]" \
-    -e "packages/vla-infra[wandb]" \
+    -e "packages/vla-infra[wandb,swanlab]" \
     -e "apps/train_embodied[plots]" \
     -r requirements-dev.txt
 # The reference framework's wheel, without its heavy run dependencies: its registered ManiSkill task family

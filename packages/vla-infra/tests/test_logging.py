@@ -48,8 +48,8 @@ def test_bad_values_backends_and_config_keys_fail_clearly(tmp_path: Path) -> Non
     logger.close()
     with pytest.raises(RuntimeError, match="after close"):
         logger.log({"x": 1.0}, step=1)
-    with pytest.raises(ValueError, match=r"unknown entries \['swanlab'\]"):
-        MetricLogger(["tensorboard", "swanlab"], log_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"unknown entries \['mlflow'\]"):
+        MetricLogger(["tensorboard", "mlflow"], log_dir=tmp_path)
     with pytest.raises(ValueError, match="unknown logger keys"):
         MetricLogger.from_config({"log_path": str(tmp_path), "logger_backend": ["console"]})
 

@@ -356,3 +356,61 @@ def test_rollout_advantages_with_its_defaults_gives_the_references_advantages(ad
     expected = ref["advantages"][..., 0].float()
     torch.testing.assert_close(out.advantages * out.loss_mask, expected * out.loss_mask, **TOL)
     assert torch.equal(out.loss_mask, r["loss_mask"].any(-1))
+
+
+@pytest.mark.parametrize("logprob_type", ["action_level", "token_level"])
+def test_seq_mean_token_mean_has_the_reference_embodied_actors_relative_weights(logprob_type: str) -> None:
+    """One update step over the whole rollout as the reference's embodied actor computes it (`policy_loss` with
+    per-action rewards, its loss mask of each env's first episode and `max_episode_steps`: every entry divided by
+    its episode's executed actions / max_episode_steps, averaged over every entry, a filtered group's rows
+    included) against `seq-mean-token-mean` weights (per loss entry) in `ppo_actor_loss`. The relative weights are
+    the same; the reference's loss is ours times (kept episodes x max_episode_steps / entries), a scale the
+    README documents. Loss and gradient both."""
+    from vla_algos import episode_mean_weights
+
+    r = _rollout(13)
+    n, max_steps = T * B, T * C
+    kept = torch.ones(B, dtype=torch.bool)
+    kept[4:] = False  # the second group was removed by the reward filter
+    mask_actions = r["loss_mask"] & kept[None, :, None]  # [T, B, C]
+    g = torch.Generator().manual_seed(3)
+    old = torch.randn(T, B, C, A, generator=g) - 2.0
+    new = old + 0.3 * torch.randn(T, B, C, A, generator=g)
+    adv = torch.randn(T, B, C, generator=g)
+    flat = lambda x: x.reshape(n, *x.shape[2:])  # noqa: E731  [T, B, ...] -> [T * B, ...] as the reference's batch
+
+    lp_ref = flat(new).reshape(n, C * A).clone().requires_grad_()
+    loss_ref, _ = registry_ref.policy_loss(
+        task_type="embodied",
+        loss_type="actor",
+        logprob_type=logprob_type,
+        reward_type="action_level",
+        single_action_dim=A,
+        logprobs=lp_ref,
+        old_logprobs=flat(old).reshape(n, C * A),
+        advantages=flat(adv),
+        loss_mask=flat(mask_actions),
+        loss_mask_sum=flat(r["loss_mask_sum"]),
+        max_episode_steps=max_steps,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+    )
+    loss_ref.backward()
+
+    decisions = mask_actions.any(-1)
+    weights = episode_mean_weights(decisions, r["dones"].any(-1), entries=mask_actions.sum(-1))
+    lp = flat(new).clone().requires_grad_()
+    per_entry = flat(weights)[:, None] * flat(mask_actions)  # [N, C]: each executed action of a decision
+    loss, _ = ppo_actor_loss(
+        reduce_logprobs(lp, logprob_type),
+        reduce_logprobs(flat(old), logprob_type),
+        flat(adv),
+        per_entry,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+    )
+    loss.backward()
+    entries = n * C * (A if logprob_type == "token_level" else 1)
+    scale = int(kept.sum()) * max_steps * (A if logprob_type == "token_level" else 1) / entries
+    torch.testing.assert_close(loss * scale, loss_ref, **TOL)
+    torch.testing.assert_close(lp.grad.reshape(n, C * A) * scale, lp_ref.grad, **TOL)

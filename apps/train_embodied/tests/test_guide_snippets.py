@@ -371,3 +371,22 @@ def test_env_group_syntax_selects_the_env_option(tmp_path: Path) -> None:
         ConfigError, match="unknown option 'env/no_such_env' for config group 'env'; available: "
     ):
         load_train_config(base, ["env/eval=no_such_env"], check_paths=False)
+
+
+def test_wrist_camera_and_collect_wrist_camera_cannot_contradict() -> None:
+    base = "robotwin_place_empty_cup_grpo_openvlaoft"  # collect_wrist_camera: false, no wrist camera
+    with pytest.raises(ConfigError, match=r"env.train.wrist_camera='both' contradicts env.train.task_config"):
+        load_train_config(base, ["env.train.wrist_camera=both"], check_paths=False)
+    guide = load_train_config(
+        base, ["env.train.task_config.camera.collect_wrist_camera=true"], check_paths=False
+    )
+    ours = load_train_config(
+        base,
+        ["env.train.wrist_camera=both", "env.train.task_config.camera.collect_wrist_camera=true"],
+        check_paths=False,
+    )
+    from vla_envs.robotwin.options import resolve_options
+
+    for tc in (guide, ours):  # the adapter reads one thing: both wrist cameras
+        options = resolve_options(tc.env_train)
+        assert options.wrist == "both" and options.task_config["camera"]["collect_wrist_camera"] is True

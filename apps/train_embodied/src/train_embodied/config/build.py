@@ -287,6 +287,7 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             )
         # (EnvConfig itself refuses a missing or unregistered env_type)
         errors += _check_task(env, name) or _check_adapter_settings(env, name)
+    errors += _wrist_camera_contradictions(tc)
     errors += _check_placement(tc.cluster)
     errors += _check_actor_sharding(tc)
     if check_paths:  # checks against this machine
@@ -303,6 +304,22 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             )
         elif model.model_path:
             errors += _check_model_folder(model)
+    return errors
+
+
+def _wrist_camera_contradictions(tc: TrainConfig) -> list[str]:
+    """`wrist_camera` (ours) and RoboTwin's `task_config.camera.collect_wrist_camera` (the reference documents') say
+    one thing: collect_wrist_camera true alone means both wrist cameras; a wrist camera with collect_wrist_camera
+    false is refused, naming both."""
+    errors = []
+    for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
+        camera = (env.extra.get("task_config") or {}).get("camera") or {}
+        if env.wrist_camera is not None and camera.get("collect_wrist_camera") is False:
+            errors.append(
+                f"{name}.wrist_camera={env.wrist_camera!r} contradicts {name}.task_config.camera."
+                "collect_wrist_camera=False: they are one setting (set collect_wrist_camera true, or wrist_camera "
+                "null)"
+            )
     return errors
 
 

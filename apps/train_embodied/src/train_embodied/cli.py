@@ -7,8 +7,11 @@ Config problems are reported one per line on stderr with exit status 2, before a
 
 from __future__ import annotations
 
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 USAGE = """usage: {prog} CONFIG [KEY=VALUE ...] [--cfg] [--validate]
        {prog} --list
@@ -103,7 +106,7 @@ def _run(prog: str, tc) -> int:
     from vla_infra import CheckpointError, CheckpointSaveError
 
     try:
-        with run_folder_lock(tc.log_dir):
+        with run_folder_lock(tc.log_dir), _ctrl_c_reaches_this_process_only():
             run(tc)
     except (RunFolderError, ResumeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
@@ -120,6 +123,24 @@ def _run(prog: str, tc) -> int:
         print(f"{prog}: interrupted (Ctrl-C): workers stopped; run folder {tc.log_dir}", file=sys.stderr)
         return 130
     return 0
+
+
+@contextmanager
+def _ctrl_c_reaches_this_process_only() -> Iterator[None]:
+    """A terminal sends Ctrl-C (SIGINT) to the whole process group: every env worker would die printing its own
+    traceback. Env workers are forked by multiprocessing's fork server (`env.*.start_method=forkserver`, the
+    default), which gives each the SIGINT disposition the server started with: the server is started here while
+    SIGINT is ignored, so the workers ignore Ctrl-C and this process alone stops, shutting them down in order
+    (workers started with `spawn` or `fork` still get it)."""
+    if threading.current_thread() is threading.main_thread():
+        from multiprocessing import forkserver
+
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    yield
 
 
 def _first_line(exc: BaseException) -> str:

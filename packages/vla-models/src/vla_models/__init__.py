@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from vla_models.factory import build_policy, config_from_dict, load_policy
     from vla_models.family_openvla import prismatic_family
     from vla_models.normalization import BoundsNormalizer, stats_from_bounds
+    from vla_models.observations import check_observation
     from vla_models.openpi import OpenPiConfig, OpenPiPolicy
     from vla_models.openvla import OpenVLAConfig, OpenVLAPolicy
     from vla_models.openvla_oft import OpenVLAOFTConfig, OpenVLAOFTPolicy
@@ -55,6 +56,7 @@ __all__ = [
     "build_policy",
     "build_tiny_tokenizer",
     "check_checkpoint",
+    "check_observation",
     "concat_forward_inputs",
     "config_from_dict",
     "families",
@@ -78,6 +80,7 @@ __getattr__, __dir__ = lazy_exports(
         "BoundsNormalizer": "vla_models.normalization",
         "stats_from_bounds": "vla_models.normalization",
         "check_checkpoint": "vla_models.checkpoint",
+        "check_observation": "vla_models.observations",
         "build_policy": "vla_models.factory",
         "config_from_dict": "vla_models.factory",
         "load_policy": "vla_models.factory",

@@ -202,7 +202,11 @@ class PrismaticVLAPolicy(nn.Module):
 
     # ---- inputs -------------------------------------------------------------------------------------------
     def prepare_inputs(self, obs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        """Observation dict -> tensors on the model device (``input_ids``, ``text_mask``, ``images``, ``states``)."""
+        """Observation dict -> tensors on the model device (``input_ids``, ``text_mask``, ``images``, ``states``),
+        after ``vla_models.observations.check_observation`` (strings, finite values, at least one row)."""
+        from vla_models.observations import check_observation
+
+        check_observation(obs)
         return self.processor(obs, device=self.device)
 
     def _prefix(self, fi: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

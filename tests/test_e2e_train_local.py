@@ -46,7 +46,7 @@ CRITIC_METRICS = [
     "train/critic/value_loss",
     "train/critic/explained_variance",
     "train/critic/value_clip_ratio",
-    "rollout/returns_mean",
+    "rollout/value_targets_mean",  # the GAE returns; rollout/returns_mean is the mean episode return
 ]
 
 

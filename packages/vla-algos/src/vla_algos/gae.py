@@ -135,6 +135,10 @@ def compute_gae(
         raise ValueError(f"compute_gae: `block_size` must be a positive int or None, got {block_size!r}")
     shape = rewards.shape
     num_steps = shape[0]
+    if (
+        rewards.numel() == 0
+    ):  # zero steps (or zero envs): nothing to estimate, empty results of the same shape
+        return torch.zeros_like(rewards), torch.zeros_like(rewards)
 
     def flat(x: torch.Tensor) -> torch.Tensor:
         return x.reshape(num_steps, -1).contiguous()

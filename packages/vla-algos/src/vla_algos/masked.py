@@ -49,6 +49,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor | None = None, *, dim: int |
         0-d tensor, or ``x`` without ``dim``. An empty selection gives 0 (and zero gradient), not NaN.
     """
     m = _mask_like("masked_mean", x, mask)
+    if m is None and x.numel() == 0:  # no entries (a zero-row minibatch): 0, like an empty selection
+        return x.sum() if dim is None else x.sum(dim=dim)
     if m is None:
         return x.mean() if dim is None else x.mean(dim=dim)
     total = masked_sum(x, m, dim=dim)

@@ -1,6 +1,8 @@
 """Nothing in the tree unpickles untrusted files or runs a model folder's code: every `torch.load` passes
 `weights_only=True` and `trust_remote_code` is never enabled, in every Python file (sources, tests, scripts,
-benchmarks), this file excepted."""
+benchmarks), this file excepted; and the product's sources (packages' and apps' `src/`) read no file with pickle at
+all: no `pickle.load`, no PyTorch DCP loader (whose metadata is a pickle), no `numpy.load(allow_pickle=True)`.
+Tests may unpickle what they built themselves (a hostile payload shown to be live)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,15 @@ LOAD = re.compile(r"\btorch\s*\.\s*load\s*\(")
 REMOTE_CODE = re.compile(r"trust_remote_code")
 SAFE_REMOTE_CODE = re.compile(r"trust_remote_code\s*=\s*False\b")
 LOAD_ALIAS = re.compile(r"from\s+torch\s+import\s+[^\n]*\bload\b")
+#: readers of pickle data, refused in the product's sources whatever the file
+PICKLE_READERS = {
+    re.compile(r"\b(?:c?pickle|cloudpickle|dill|joblib)\s*\.\s*(?:load|loads|Unpickler)\b"): "unpickles data",
+    re.compile(r"\bdcp\s*\.\s*load\b|\bFileSystemReader\b|\b_load_state_dict_from_keys\b"): (
+        "PyTorch DCP loader (reads its metadata with pickle)"
+    ),
+    re.compile(r"torch\.distributed\.checkpoint\s+import\s+[^\n]*\bload\b"): "PyTorch DCP loader",
+    re.compile(r"allow_pickle\s*=\s*True"): "numpy.load(allow_pickle=True) unpickles object arrays",
+}
 
 
 def _python_files() -> list[Path]:
@@ -53,6 +64,47 @@ def unsafe_lines(path: Path) -> list[str]:
             found.append((m.start(), "trust_remote_code (only trust_remote_code=False is allowed)"))
     rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     return [f"{rel}:{text.count(chr(10), 0, pos) + 1}: {what}" for pos, what in found]
+
+
+def pickle_reader_lines(path: Path) -> list[str]:
+    """`file:line: what` for every pickle reader in `path` (applied to the product's sources)."""
+    text = path.read_text(errors="replace")
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return [
+        f"{rel}:{text.count(chr(10), 0, m.start()) + 1}: {what}"
+        for pattern, what in PICKLE_READERS.items()
+        for m in pattern.finditer(text)
+    ]
+
+
+def _product_sources(files: list[Path]) -> list[Path]:
+    return [
+        p
+        for p in files
+        if "src" in p.relative_to(ROOT).parts[:4] and "tests" not in p.relative_to(ROOT).parts
+    ]
+
+
+def test_the_product_reads_no_pickle() -> None:
+    sources = _product_sources(_python_files())
+    assert len(sources) > 30 and any(p.name == "checkpoint.py" for p in sources)
+    problems = [line for path in sources for line in pickle_reader_lines(path)]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_pickle_scan_finds_each_reader(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import pickle\n"
+        "a = pickle.load(f)\n"
+        "b = pickle.loads(data)\n"
+        "dcp.load(state, checkpoint_id=p)\n"
+        "m = dcp.FileSystemReader(p).read_metadata()\n"
+        "from torch.distributed.checkpoint import load\n"
+        "x = np.load(p, allow_pickle=True)\n"
+        "y = json.loads(t)\n"
+    )
+    assert [line.split(":")[1] for line in pickle_reader_lines(bad)] == ["2", "3", "4", "5", "6", "7"]
 
 
 def test_no_unsafe_loading_in_the_tree() -> None:

@@ -114,8 +114,8 @@ def _cli_errors(main, argv, capsys) -> list[str]:
         ("runner.max_epochs=ten", "runner.max_epochs='ten' is invalid: expected int"),
         ("algorithm.kl_beta=-0.1", "algorithm.kl_beta=-0.1 is invalid: must be >= 0.0"),
         (
-            "algorithm.kl_penalty=low_var_kl",
-            "algorithm.kl_penalty='low_var_kl' is not one of: k1, k2, k3, abs",
+            "algorithm.kl_penalty=full",
+            "algorithm.kl_penalty='full' is not one of: k1, k2, k3, abs, kl, mse, low_var_kl",
         ),
         (
             "algorithm.filter_rewards=true",

@@ -39,8 +39,15 @@ SAME_AS = {
     "rollout/success_rate": "env/success_once",
     "env/success_rate": "env/success_once",
 }
-# a few decisions per episode, so that episodes end inside the 8-decision rollout
-RUN = [*PPO_TINY, "env.train.max_episode_steps=3", "runner.eval_after_train=false", "runner.save_interval=1"]
+# a few decisions per episode, so that episodes end inside the 8-decision rollout; training videos switched on with
+# the guides' top-level `video_cfg`
+RUN = [
+    *PPO_TINY,
+    "env.train.max_episode_steps=3",
+    "runner.eval_after_train=false",
+    "runner.save_interval=1",
+    "video_cfg.save_video=true",
+]
 
 
 def guide_metric_names() -> set[str]:
@@ -110,3 +117,10 @@ def test_every_metric_name_of_the_guides_is_logged_with_their_meaning(resumed_ru
         # 2 envs x 8 decisions of one env step each; the dense reward of every step taken, averaged
         assert row["env/step_reward"] > 0.0
         assert "rollout/value_targets_mean" in row  # our GAE-returns mean keeps a name of its own
+
+
+def test_training_videos_carry_the_env_rank(resumed_run) -> None:
+    run, _ = resumed_run
+    videos = sorted(p.name for p in (run / "video" / "train").glob("*.mp4"))
+    assert "train_rank0_env0_ep0.mp4" in videos, videos
+    assert all(name.startswith("train_rank0_env0_ep") for name in videos)  # video_cfg.max_envs=1: row 0 only

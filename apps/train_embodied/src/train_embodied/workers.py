@@ -77,10 +77,13 @@ class EnvWorker(Worker):
 
     def __init__(self, env_cfg: EnvConfig) -> None:
         rows = env_cfg.num_envs // self.world_size
+        # video files `<split>_rank<r>_env<row>_ep<n>.mp4`: rows are this rank's, so the rank keeps names apart
+        tag = f"{env_cfg.extra.get('video_tag', 'train')}_rank{self.rank}"
         cfg = env_cfg.replace(
             num_envs=rows,
             first_row=env_cfg.first_row + self.rank * rows,
             seed=rank_seed(env_cfg.seed, self.rank),
+            extra={**env_cfg.extra, "video_tag": tag},
         )
         self.env = make_env(cfg)
         self.env_cfg = cfg

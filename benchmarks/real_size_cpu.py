@@ -291,11 +291,11 @@ def run_child(args: argparse.Namespace) -> int:
 
         phase("build")
         if dev.type == "cuda":
-            torch.set_default_device(dev)
+            torch.set_default_device(dev)  # parameters are created on the GPU: no host copy of the weights
         try:
             policy = build_policy(cfg)
         finally:
-            torch.set_default_device("cpu")
+            torch.set_default_device(None)  # no device mode left intercepting every later torch call
         wrap = set(get_family(type(policy.config).family).fsdp_wrap_classes)
         blocks = [m for m in policy.modules() if type(m).__name__ in wrap]
         n_ckpt = enable_gradient_checkpointing(policy, wrap_classes=tuple(wrap))
@@ -529,6 +529,8 @@ def run_parent(args: argparse.Namespace) -> int:
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
         proc = subprocess.Popen(cmd, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
+        for saved in Path(args.out).glob(f"{name}-*"):  # the save of a child that failed or aborted
+            shutil.rmtree(saved, ignore_errors=True)
         code = os.waitstatus_to_exitcode(status)
         result = json.loads(result_file.read_text()) if result_file.exists() else {"ok": False}
         if code != 0 or not result.get("ok"):

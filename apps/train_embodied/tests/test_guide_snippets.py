@@ -390,3 +390,29 @@ def test_wrist_camera_and_collect_wrist_camera_cannot_contradict() -> None:
     for tc in (guide, ours):  # the adapter reads one thing: both wrist cameras
         options = resolve_options(tc.env_train)
         assert options.wrist == "both" and options.task_config["camera"]["collect_wrist_camera"] is True
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours"),
+    [
+        ("rollout.model.model_path=/a", "actor.model.model_path=/b"),
+        ("fsdp.gradient_checkpointing=true", "actor.fsdp_config.gradient_checkpointing=false"),
+        ("video_cfg.save_video=true", "env.train.video_cfg.save_video=false"),
+        ("env.eval.center_crop=false", "env.eval.extra.center_crop=true"),
+    ],
+)
+def test_both_spellings_with_different_values_are_refused_naming_both(theirs: str, ours: str) -> None:
+    base = "robotwin_place_empty_cup_grpo_openvlaoft"
+    with pytest.raises(ConfigError) as err:
+        load_train_config(base, [theirs, ours], check_paths=False)
+    (line,) = err.value.errors
+    assert theirs in line and ours in line and "they are one setting" in line
+
+
+def test_both_spellings_with_one_value_are_one_setting() -> None:
+    tc = load_train_config(
+        "robotwin_place_empty_cup_grpo_openvlaoft",
+        ["rollout.model.model_path=/a", "actor.model.model_path=/a", "fsdp.cpu_offload=true"],
+        check_paths=False,
+    )
+    assert tc.actor.model.model_path == "/a" and tc.actor.fsdp_config.cpu_offload is True

@@ -30,13 +30,14 @@ ENV_EXTRA_ALIASES = ("assets_path", "task_config", "center_crop")
 #: (documents' key, our key) pairs that one command line may not set to different values.
 OVERRIDE_ALIASES: tuple[tuple[str, str], ...] = (
     ("rollout.model.model_path", "actor.model.model_path"),
-    *((f"fsdp.{k}", f"actor.fsdp_config.{k}") for k in ("gradient_checkpointing", "cpu_offload", "strategy")),
-    *((f"fsdp.{k}", f"actor.fsdp_config.{k}") for k in ("sharding_strategy", "mixed_precision")),
+    *(
+        (f"fsdp.{k}", f"actor.fsdp_config.{k}")
+        for k in ("strategy", "sharding_strategy", "gradient_checkpointing", "cpu_offload", "mixed_precision")
+    ),
     *(
         (f"video_cfg.{k}", f"env.train.video_cfg.{k}")
         for k in ("save_video", "info_on_video", "video_base_dir", "fps", "max_envs")
     ),
-    ("trainer.logger.wandb.project_name", "runner.logger.project_name"),
 )
 
 

@@ -520,8 +520,10 @@ def test_bad_input_fails_with_one_line(corpus: Path, argv: list[str], expected: 
         ["{tmp}/unclosed_list.yaml"],
         [CONFIG, "env.train.env_type=metawrld"],
         [CONFIG, "runner.resume_dir={tmp}/truncated"],
+        [CONFIG, "runner.resume_dir={tmp}/wider"],
+        [CONFIG, "actor.model.model_path={tmp}/models/flipped"],
     ],
-    ids=["yaml", "env-type", "resume"],
+    ids=["yaml", "env-type", "resume", "resume-other-model-size", "model-flipped-byte"],
 )
 def test_the_real_command_fails_fast_without_traceback(corpus: Path, argv: list[str]) -> None:
     """The installed entry point, no --validate: exit 2 and one line, before any simulator or model is built."""

@@ -51,7 +51,6 @@ def _parse(argv: Sequence[str], prog: str) -> tuple[str, list[str], set[str]] | 
 def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, check_paths: bool):
     from omegaconf import OmegaConf
 
-    from train_embodied.checkpointing import check_resume
     from train_embodied.config import (
         ConfigError,
         assign_log_dir,
@@ -59,7 +58,6 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
         compose_config,
         to_plain,
     )
-    from train_embodied.policy_io import check_model_folder
     from train_embodied.run_folder import env_interpolations, folder_problem, name_problem, redact_env_values
 
     try:
@@ -75,6 +73,9 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
         tc = build_train_config(plain, check_paths=check_paths)
         if problem := folder_problem(tc.log_dir):
             raise ConfigError([problem])
+        from train_embodied.checkpointing import check_resume  # reads files: only for a config that passed
+        from train_embodied.policy_io import check_model_folder
+
         if resume_errors := check_resume(tc) + check_model_folder(tc.actor.model):
             raise ConfigError(resume_errors)
         # the saved config.json (and wandb's copy) name ${oc.env:...} instead of holding the variables' values

@@ -51,15 +51,6 @@ import torch.distributed as dist
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.tensor import DTensor
-
-from vla_infra.fsdp import full_state_dict, is_fsdp_model
 
 __all__ = [
     "COMPLETE_MARKER",
@@ -205,6 +196,8 @@ def _own_storage(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _model_tensors(model_state: nn.Module | Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The model's weights as safetensors accepts them (an FSDP2 model's shards gathered)."""
     if isinstance(model_state, nn.Module):
+        from vla_infra.fsdp import full_state_dict, is_fsdp_model
+
         if is_fsdp_model(model_state):
             state = full_state_dict(model_state, cpu_offload=True)
         else:
@@ -231,6 +224,8 @@ class _Encoder:
         import numpy as np
 
         if isinstance(value, torch.Tensor):
+            from torch.distributed.tensor import DTensor
+
             name = f"t{len(self.tensors)}"
             self.tensors[name] = value.to_local() if isinstance(value, DTensor) else value
             return {_TENSOR: name}
@@ -389,6 +384,8 @@ def _save_into(
     if save_rng:
         state["rng"] = capture_rng_state()
     if optimizer is not None:
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
         assert isinstance(model_state, nn.Module)
         state["optimizer"] = get_optimizer_state_dict(model_state, optimizer)
     _write_state(tmp / STATE_DIR, f"rank{rank}", state)
@@ -630,6 +627,14 @@ def load_checkpoint(
         CheckpointError: ``ckpt_dir`` is missing, incomplete, in another format, has a missing, truncated,
             altered or unreadable file, or does not fit ``model`` / ``optimizer`` (one line naming the tensor).
     """
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    from vla_infra.fsdp import is_fsdp_model
+
     path = Path(ckpt_dir)
     problem = checkpoint_problem(path, checksums=verify)
     if problem is not None:
@@ -717,6 +722,9 @@ def _optimizer_state_for(
     ``get_optimizer_state_dict`` gives the optimizer's state for every trainable parameter; a parameter that
     never received a gradient before the save has no saved state and is loaded without state, as it was saved.
     """
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+    from torch.distributed.tensor import DTensor
+
     template = get_optimizer_state_dict(model, optimizer)["state"]
     groups = saved.get("param_groups")
     entries = saved.get("state")

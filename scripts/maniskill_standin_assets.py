@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-PACK_VERSION = 1
+PACK_VERSION = 2
 NUM_CARROTS, NUM_PLATES, NUM_OVERLAYS = 25, 17, 21
 OVERLAY_HW = (480, 640)
 
@@ -168,7 +168,9 @@ def carrot_specs() -> list[dict]:
 
 
 def plate_specs() -> list[dict]:
-    """17 plates: id, instruction name, radius, colour."""
+    """17 plates: id, instruction name, radius, colour. The task's success test takes the carrot as on the plate
+    when their centres are closer than the plate's half size + 1 cm, and its start positions keep the centres
+    more than 7 cm apart: radii of 5-5.5 cm keep every start from counting as a success."""
     colours = [
         "white",
         "blue",
@@ -196,7 +198,7 @@ def plate_specs() -> list[dict]:
             {
                 "id": f"standin_plate_{i:02d}",
                 "name": name,
-                "radius": round(0.085 + 0.015 * (i % 3) / 2, 4),
+                "radius": round(0.05 + 0.005 * (i % 3) / 2, 4),
                 "height": 0.014,
                 "colour": colour,
             }

@@ -69,6 +69,8 @@ class ModelFamily:
         saved_config_defaults: values of config fields that configs saved before the field existed imply.
         fixed_image_size: whether a policy built from scratch only takes frames of its ``image_size`` (a family
             that resizes frames itself sets False).
+        reads_robot_platform: whether the family's official code picks its action / proprio normalisation from the
+            ``ROBOT_PLATFORM`` environment variable (``normalization_type`` ``bounds`` for ALOHA).
         states_without_proprio: whether the policy still receives ``states`` when ``use_proprio`` is off.
     """
 
@@ -89,6 +91,7 @@ class ModelFamily:
     saved_config_defaults: Mapping[str, Any] = field(default_factory=dict)
     fixed_image_size: bool = True
     states_without_proprio: bool = True
+    reads_robot_platform: bool = False
 
     @cached_property
     def config_class(self) -> type:

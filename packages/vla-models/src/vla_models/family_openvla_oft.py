@@ -73,5 +73,6 @@ register_family(
         build=_build,
         # folders saved before configs named their layout hold the causal-prefix one
         saved_config_defaults={"implement_version": "causal_prefix"},
+        reads_robot_platform=True,
     )
 )

@@ -356,8 +356,12 @@ def _apply_robot_platform(cfg: dict[str, Any]) -> list[str]:
             f"ROBOT_PLATFORM={platform!r} is not one of: {', '.join(ROBOT_PLATFORM_NORMALIZATION)} (unset it, or "
             "set actor.model.extra.normalization_type to bounds or bounds_q99)"
         ]
+    from vla_models import family_names, get_family
+
     model = cfg.get("actor", {}).get("model", {})
-    if not isinstance(model, dict) or model.get("model_type") != "openvla_oft":
+    if not isinstance(model, dict) or model.get("model_type") not in family_names():
+        return []
+    if not get_family(model["model_type"]).reads_robot_platform:
         return []
     wanted = ROBOT_PLATFORM_NORMALIZATION[platform]
     extra = model.get("extra") or {}

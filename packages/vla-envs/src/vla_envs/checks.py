@@ -3,26 +3,12 @@ a simulator, so that a trainer can refuse a bad setting before it starts anythin
 
 from __future__ import annotations
 
-import importlib
-
 from vla_envs.config import EnvConfig
-
-#: env_type -> "module:function(cfg)" that resolves (and so validates) the adapter's settings: tasks, task sets,
-#: cameras, image size, `extra` keys. Each raises ValueError naming `EnvConfig.<key>`.
-_CHECKERS = {
-    "metaworld": "vla_envs.metaworld.env:metaworld_spec",
-    "maniskill": "vla_envs.maniskill.options:resolve_options",
-    "libero": "vla_envs.libero.options:resolve_options",
-    "robotwin": "vla_envs.robotwin.options:resolve_options",
-}
+from vla_envs.registry import get_adapter
 
 
 def check_env_config(cfg: EnvConfig) -> None:
     """Raise ValueError (one line naming `EnvConfig.<key>`, the value and what is allowed) if `cfg` is invalid for
-    its `env_type` (`EnvConfig` itself refuses an unregistered one); env types registered without a checker are
-    checked when built."""
-    ref = _CHECKERS.get(str(cfg.env_type))
-    if ref is None:
-        return
-    module, _, name = ref.partition(":")
-    getattr(importlib.import_module(module), name)(cfg)
+    its `env_type` (`EnvConfig` itself refuses an unregistered one); adapters registered without a checker
+    (`EnvAdapter.check_config`) are checked when built."""
+    get_adapter(cfg.env_type).check(cfg)

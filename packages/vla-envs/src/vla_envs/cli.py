@@ -1,9 +1,12 @@
-"""`vla-envs` command line: `vla-envs demos metaworld|maniskill ...`, `vla-envs tasks ENV_TYPE`."""
+"""`vla-envs` command line: `vla-envs demos ENV_TYPE ...` (env types whose adapter declares command-line demos),
+`vla-envs tasks ENV_TYPE`."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from vla_envs.registry import adapters, get_adapter, resolve_ref
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -14,7 +17,8 @@ def _parser() -> argparse.ArgumentParser:
     tasks.add_argument("env_type")
 
     demos = sub.add_parser("demos", help="generate scripted-expert demonstrations")
-    demos.add_argument("env_type", choices=["metaworld", "maniskill"])
+    with_cli = [a.name for a in adapters() if a.demos is not None and a.demos.from_cli is not None]
+    demos.add_argument("env_type", choices=with_cli)
     demos.add_argument(
         "--tasks", required=True, help="comma-separated task names, or MT10/MT50/ML45-train/..."
     )
@@ -38,46 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the `vla-envs` console script."""
     args = _parser().parse_args(argv)
     if args.command == "tasks":
-        from vla_envs.registry import list_tasks
-
-        print("\n".join(list_tasks(args.env_type)))
+        print("\n".join(get_adapter(args.env_type).list_tasks()))
         return 0
-    if args.env_type == "maniskill":
-        from vla_envs.maniskill import generate_maniskill_demos
-
-        ms_kwargs = {} if args.max_episode_steps is None else {"max_episode_steps": args.max_episode_steps}
-        meta = generate_maniskill_demos(
-            args.out,
-            tasks=args.tasks.split(","),
-            episodes_per_task=args.episodes,
-            image_size=args.image_size,
-            wrist_camera=args.wrist_camera,
-            reward_mode=args.reward_mode,
-            num_workers=args.workers,
-            seed=args.seed,
-            **ms_kwargs,
-        )
-        _print_summary(meta, args.out)
-        return 0
-    from vla_envs.demos import generate_metaworld_demos
-    from vla_envs.metaworld.tasks import TASK_SETS
-
-    names = args.tasks.split(",")
-    tasks = TASK_SETS[names[0]][0] if len(names) == 1 and names[0] in TASK_SETS else names
-    meta = generate_metaworld_demos(
-        args.out,
-        tasks=tasks,
-        episodes_per_task=args.episodes,
-        image_size=args.image_size,
-        camera=args.camera,
-        wrist_camera=args.wrist_camera,
-        action_repeat=args.action_repeat,
-        max_episode_steps=50 if args.max_episode_steps is None else args.max_episode_steps,
-        reward_mode=args.reward_mode,
-        hide_far_meshes=args.hide_far_meshes,
-        num_workers=args.workers,
-        seed=args.seed,
-    )
+    demos = get_adapter(args.env_type).demos
+    assert demos is not None and demos.from_cli is not None  # argparse allowed only such env types
+    settings = resolve_ref(demos.from_cli)(args)
+    meta = resolve_ref(demos.generate)(args.out, num_workers=args.workers, **settings)
     _print_summary(meta, args.out)
     return 0
 

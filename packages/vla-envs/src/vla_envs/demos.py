@@ -1,4 +1,6 @@
-"""Scripted-expert demonstrations (MetaWorld `ENV_POLICY_MAP`) for supervised warm starts.
+"""Scripted-expert demonstrations for supervised warm starts: the on-disk format, `demo_settings` /
+`generate_demos` for any env type whose adapter record declares demos (`EnvAdapter.demos`), and MetaWorld's
+experts (`ENV_POLICY_MAP`).
 
 Demos go through the very same observation pipeline as the env adapter (`MetaWorldSim`: camera, size, 180°
 flip, fast rendering, action repeat), so a policy trained on them sees the inputs it will see in `make_env`.
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
+from vla_envs.registry import adapters, get_adapter, resolve_ref
 
 FORMAT = "vla-envs-demos"
 FORMAT_VERSION = 1
@@ -134,45 +137,39 @@ def _run_job(args: tuple[dict[str, Any], str, list[int]]) -> dict[str, Any]:
     return {"arrays": stack_steps(steps), "episodes": episodes}
 
 
-#: Env types with scripted experts (`generate_demos`).
-DEMO_ENV_TYPES: tuple[str, ...] = ("metaworld",)
+def demo_env_types() -> tuple[str, ...]:
+    """Env types whose scripted-expert demos can be recorded as an `EnvConfig` says (`demo_settings`)."""
+    return tuple(a.name for a in adapters() if a.demos is not None and a.demos.settings is not None)
 
 
 def demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> dict[str, Any]:
-    """The keywords of `generate_metaworld_demos` that record demos as env `cfg` observes and acts: its tasks
-    (`task` or `task_set`), image size, cameras, action repeat, episode length, reward mode and MetaWorld options,
-    so a policy warm-started on them sees what the RL envs show it. JSON-friendly (a demo folder's stamp).
+    """The settings of `generate_demos` that record demos as env `cfg` observes and acts (for MetaWorld: its tasks,
+    image size, cameras, action repeat, episode length, reward mode and MetaWorld options), so a policy
+    warm-started on them sees what the RL envs show it: `env_type` and the keywords of its adapter's
+    `ScriptedDemos.generate` (`ScriptedDemos.settings`). JSON-friendly (a demo folder's stamp).
 
     Raises:
         ValueError: an env type without scripted experts (names the ones that have them), or unknown tasks.
     """
-    if cfg.env_type not in DEMO_ENV_TYPES:
+    demos = get_adapter(cfg.env_type).demos
+    if demos is None or demos.settings is None:
         raise ValueError(
-            f"scripted-expert demos exist for env_type {list(DEMO_ENV_TYPES)} only, got env_type={cfg.env_type!r}"
+            f"scripted-expert demos exist for env_type {list(demo_env_types())} only, got env_type={cfg.env_type!r}"
         )
-    from vla_envs.metaworld.options import resolve_options
-    from vla_envs.metaworld.tasks import resolve_tasks
-
-    opts = resolve_options(cfg)
-    return {
-        "tasks": resolve_tasks(cfg.task, cfg.task_set)[0],
-        "episodes_per_task": int(episodes_per_task),
-        "image_size": int(cfg.image_hw[0]),
-        "camera": opts.camera,
-        "wrist_camera": cfg.wrist_camera,
-        "action_repeat": cfg.action_repeat,
-        "max_episode_steps": cfg.max_episode_steps,
-        "reward_mode": cfg.reward_mode,
-        "hide_far_meshes": opts.hide_far_meshes,
-        "seed": int(seed),
-    }
+    settings = resolve_ref(demos.settings)(cfg, episodes_per_task=episodes_per_task, seed=seed)
+    return {"env_type": cfg.env_type, **settings}
 
 
 def generate_demos(
     out_dir: str | os.PathLike[str], settings: dict[str, Any], *, num_workers: int = 2, progress: bool = True
 ) -> dict[str, Any]:
-    """Write the demos `settings` (from `demo_settings`) describe to `out_dir`; returns the summary."""
-    return generate_metaworld_demos(out_dir, num_workers=num_workers, progress=progress, **settings)
+    """Write the demos `settings` (from `demo_settings`: `env_type` and its generator's keywords) describe to
+    `out_dir` with the adapter's `ScriptedDemos.generate`; returns the summary."""
+    kwargs = dict(settings)
+    demos = get_adapter(kwargs.pop("env_type", None)).demos
+    if demos is None:
+        raise ValueError(f"env_type={settings.get('env_type')!r} has no scripted-expert demos")
+    return resolve_ref(demos.generate)(out_dir, num_workers=num_workers, progress=progress, **kwargs)  # type: ignore[no-any-return]
 
 
 def generate_metaworld_demos(
@@ -258,10 +255,18 @@ def generate_metaworld_demos(
                 results[i] = future.result()
                 bar.update(len(jobs[i][2]))
     bar.close()
-    return _write(out, cfg, [r for r in results if r is not None])
+    return write_demos(out, cfg, [r for r in results if r is not None])
 
 
-def _write(out: Path, cfg: EnvConfig, results: list[dict[str, Any]]) -> dict[str, Any]:
+def write_demos(out: Path, cfg: EnvConfig, results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Write a demo folder (format in the module docstring) for any env type's experts; returns meta.json's dict.
+
+    Args:
+        out: The folder (it must exist).
+        cfg: The env config the demos were recorded with (stored in meta.json; its `env_type` too).
+        results: One shard each: `{"arrays": stack_steps(...), "episodes": [{"task", "instruction", "trial",
+            "length", "success"}, ...]}` with `episode_index` counted from 0 within the shard.
+    """
     from safetensors.numpy import save_file
 
     episodes: list[dict[str, Any]] = []
@@ -293,6 +298,9 @@ def _write(out: Path, cfg: EnvConfig, results: list[dict[str, Any]]) -> dict[str
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
     return meta
+
+
+_write = write_demos  # the name the ManiSkill demo writers import
 
 
 def load_demos(path: str | os.PathLike[str], *, only_success: bool = False) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 The result tables of the reference documents report success per group of tasks: MetaWorld per difficulty group
 (Easy, Medium, Hard, Very Hard, and Avg. = the mean of the groups), LIBERO per suite (Object, Spatial, Goal, Long,
 90, and 130 = the mean over all tasks). `evaluation_table` turns per-episode (task, success) records into both
-kinds of summary; `task_grouping` gives each env type's grouping.
+kinds of summary; `task_grouping` gives each env type's grouping (from its adapter record).
 """
 
 from __future__ import annotations
@@ -14,14 +14,7 @@ from typing import Any
 
 import numpy as np
 
-#: How the reference LIBERO table titles each suite, in its column order.
-LIBERO_SUITE_LABELS: dict[str, str] = {
-    "libero_object": "Object",
-    "libero_spatial": "Spatial",
-    "libero_goal": "Goal",
-    "libero_10": "Long",
-    "libero_90": "90",
-}
+from vla_envs.registry import get_adapter
 
 
 def iter_reset_state_batches(num_reset_states: int, num_envs: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -63,40 +56,14 @@ class TaskGrouping:
 
 
 def task_grouping(env_type: str, tasks: Sequence[str]) -> TaskGrouping:
-    """The grouping of the reference result table for `tasks` of `env_type`.
-
-    MetaWorld: difficulty groups (`vla_envs.metaworld.tasks.DIFFICULTY_GROUPS`, Seo et al., CoRL 2022).
-    LIBERO: the standard suite each task comes from (needs LIBERO installed). ManiSkill's PutOnPlateInScene25
-    tasks: the guides' columns (training setting, Vision, Semantic and Execution out-of-distribution splits;
-    `vla_envs.maniskill.put_on_plate.OOD_SPLITS`). Other env types and tasks: no groups.
+    """The grouping of the reference result table for `tasks` of `env_type`: its adapter's
+    `EnvAdapter.task_grouping` (MetaWorld: difficulty groups; LIBERO: suites; ManiSkill: the PutOnPlateInScene25
+    splits), an empty grouping (tasks only) for adapters without one.
 
     Raises:
-        ValueError: a task unknown to the env type.
+        ValueError: an unregistered env type, or a task unknown to the env type.
     """
-    if env_type == "metaworld":
-        from vla_envs.metaworld.tasks import DIFFICULTY_GROUPS, DIFFICULTY_LABELS, difficulty_group
-
-        groups = {t: difficulty_group(t) for t in tasks}
-        order = [g for g in DIFFICULTY_GROUPS if g in groups.values()]
-        return TaskGrouping(groups, order, {g: DIFFICULTY_LABELS[g] for g in order})
-    if env_type == "libero":
-        from vla_envs.libero.suites import tasks_by_name
-
-        known = tasks_by_name()
-        unknown = [t for t in tasks if t not in known]
-        if unknown:
-            raise ValueError(f"unknown LIBERO task(s) {unknown}")
-        groups = {t: known[t].suite for t in tasks}
-        order = [s for s in LIBERO_SUITE_LABELS if s in groups.values()]
-        return TaskGrouping(groups, order, {s: LIBERO_SUITE_LABELS[s] for s in order})
-    if env_type == "maniskill":
-        from vla_envs.maniskill.put_on_plate import SPLIT_LABELS, SPLIT_OF
-
-        if tasks and all(t in SPLIT_OF for t in tasks):  # the guides' PutOnPlateInScene25 splits
-            groups = {t: SPLIT_OF[t] for t in tasks}
-            order = [g for g in SPLIT_LABELS if g in groups.values()]
-            return TaskGrouping(groups, order, {g: SPLIT_LABELS[g] for g in order})
-    return TaskGrouping()
+    return get_adapter(env_type).grouping(tasks)
 
 
 def evaluation_table(

@@ -6,7 +6,7 @@ from typing import Any
 
 from vla_envs.base import BatchedEnv
 from vla_envs.config import EnvConfig
-from vla_envs.registry import env_factory
+from vla_envs.registry import get_adapter
 
 
 def make_env(cfg: EnvConfig | dict[str, Any]) -> BatchedEnv:
@@ -18,4 +18,4 @@ def make_env(cfg: EnvConfig | dict[str, Any]) -> BatchedEnv:
     """
     if isinstance(cfg, dict):
         cfg = EnvConfig.from_dict(cfg)
-    return env_factory(str(cfg.env_type))(cfg)
+    return get_adapter(cfg.env_type).make_env(cfg)

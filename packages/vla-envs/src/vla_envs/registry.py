@@ -1,38 +1,168 @@
-"""Env-type registry: `make_env(cfg)` (`vla_envs.factory`) picks an adapter by `cfg.env_type`, importing it only
-then.
+"""Env-adapter registry: every simulator adapter (MetaWorld, ManiSkill3, LIBERO, RoboTwin, ...) is one
+`EnvAdapter` record, and every place that needs per-env-type knowledge (`make_env`, `list_tasks`,
+`check_env_config`, `task_grouping`, `demo_settings`, the `vla-envs` command line) looks it up here.
 
-Adapters are referenced as "module:attribute" strings so that `import vla_envs` never imports a simulator.
-An adapter module registers itself (or is pre-registered below) with
-`register_env_type(name, factory, task_lister=...)`, where `factory(cfg: EnvConfig) -> BatchedEnv` and
-`task_lister() -> list[str]` lists the valid task names.
+A built-in adapter is registered by a module `vla_envs/adapter_<name>.py` that calls `register_adapter` once. The
+registry imports those modules on its first lookup; they name the adapter's functions as lazy "module:attr"
+strings (or define small functions that import the adapter inside), so `import vla_envs` never imports a
+simulator, and a lookup imports the adapter module only when one of its functions is called. Code outside
+vla_envs (a test, a new simulator) registers its own record the same way.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import pkgutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vla_envs.base import BatchedEnv
     from vla_envs.config import EnvConfig
+    from vla_envs.evaluation import TaskGrouping
 
 Factory = Callable[["EnvConfig"], "BatchedEnv"]
 TaskLister = Callable[[], list[str]]
+ConfigChecker = Callable[["EnvConfig"], Any]
+GroupingFn = Callable[[Sequence[str]], "TaskGrouping"]
 
-# name -> (factory or "module:attr", task lister or "module:attr" or None)
-_REGISTRY: dict[str, tuple[Factory | str, TaskLister | str | None]] = {
-    "metaworld": ("vla_envs.metaworld:make_metaworld_env", "vla_envs.metaworld:list_metaworld_tasks"),
-    "maniskill": ("vla_envs.maniskill:make_maniskill_env", "vla_envs.maniskill:list_maniskill_tasks"),
-    "libero": ("vla_envs.libero:make_libero_env", "vla_envs.libero:list_libero_tasks"),
-    "robotwin": ("vla_envs.robotwin:make_robotwin_env", "vla_envs.robotwin:list_robotwin_tasks"),
-}
+
+def resolve_ref(ref: Any) -> Any:
+    """A callable, or the attribute a "package.module:attr" string names (its module imported now)."""
+    if not isinstance(ref, str):
+        return ref
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not attr:
+        raise ValueError(f"{ref!r} is not a 'module:attr' reference")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclass(frozen=True)
+class ScriptedDemos:
+    """Scripted-expert demonstrations of an env type, written in the `vla_envs.demos` format.
+
+    Attributes:
+        generate: `(out_dir, *, num_workers, progress, **settings) -> meta`: roll out the experts and write a demo
+            folder; returns what it wrote to meta.json.
+        settings: `(cfg, *, episodes_per_task, seed) -> dict`: the `generate` keywords that record demos as env
+            `cfg` observes and acts (JSON-friendly). None: demos cannot follow an `EnvConfig` (no
+            `demo_settings`, so no supervised warm start from the app), though the command line may make them.
+        from_cli: `(args: argparse.Namespace) -> dict`: the `generate` keywords of a `vla-envs demos <name> ...`
+            command (its arguments are in `vla_envs.cli`). None: no command-line demos.
+    """
+
+    generate: Callable[..., dict[str, Any]] | str
+    settings: Callable[..., dict[str, Any]] | str | None = None
+    from_cli: Callable[[Any], dict[str, Any]] | str | None = None
+
+
+@dataclass(frozen=True)
+class EnvAdapter:
+    """Everything vla_envs and the apps need to know about one env type.
+
+    Each callable may be given as a lazy "module:attr" string, imported on first use.
+
+    Attributes:
+        name: the `EnvConfig.env_type` value.
+        factory: `(EnvConfig) -> BatchedEnv`.
+        task_lister: `() -> list[str]`, the valid task names (may import the adapter's task tables, never the
+            simulator); None: the adapter has no fixed task list.
+        check_config: `(EnvConfig) -> Any`: resolve (and so validate) every adapter-specific setting (tasks, task
+            sets, cameras, image size, `extra` keys) without building or importing a simulator; raises ValueError
+            naming `EnvConfig.<key>`. None: settings are checked when the env is built.
+        task_grouping: `(tasks) -> TaskGrouping`: the groups of the reference result table (MetaWorld difficulty,
+            LIBERO suite, ...); raises ValueError for a task unknown to the env type. None: tasks only.
+        demos: scripted-expert demonstrations, or None.
+    """
+
+    name: str
+    factory: Factory | str
+    task_lister: TaskLister | str | None = None
+    check_config: ConfigChecker | str | None = None
+    task_grouping: GroupingFn | str | None = None
+    demos: ScriptedDemos | None = None
+
+    def make_env(self, cfg: EnvConfig) -> BatchedEnv:
+        """Build the batched env of `cfg` (whose `env_type` is this adapter's)."""
+        return resolve_ref(self.factory)(cfg)  # type: ignore[no-any-return]
+
+    def list_tasks(self) -> list[str]:
+        """Valid task names ([] without a task lister)."""
+        return [] if self.task_lister is None else list(resolve_ref(self.task_lister)())
+
+    def check(self, cfg: EnvConfig) -> None:
+        """Raise ValueError if `cfg` has a setting this adapter refuses (nothing without a checker)."""
+        if self.check_config is not None:
+            resolve_ref(self.check_config)(cfg)
+
+    def grouping(self, tasks: Sequence[str]) -> TaskGrouping:
+        """The result-table grouping of `tasks` (an empty `TaskGrouping` without a grouping function)."""
+        if self.task_grouping is None:
+            from vla_envs.evaluation import TaskGrouping
+
+            return TaskGrouping()
+        return resolve_ref(self.task_grouping)(list(tasks))  # type: ignore[no-any-return]
+
+
+_ADAPTERS: dict[str, EnvAdapter] = {}
+_DISCOVERED = False
+
+
+def _discover() -> None:
+    """Import every `vla_envs.adapter_*` module once (each registers its adapter)."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    here = [str(Path(__file__).parent)]
+    names = sorted(m.name for m in pkgutil.iter_modules(here) if m.name.startswith("adapter_"))
+    for name in names:
+        importlib.import_module(f"vla_envs.{name}")
+
+
+def register_adapter(adapter: EnvAdapter, *, overwrite: bool = False) -> EnvAdapter:
+    """Add `adapter`; returns it. A name already registered with a different record is an error unless
+    `overwrite` (which replaces it, a built-in adapter included)."""
+    _discover()
+    known = _ADAPTERS.get(adapter.name)
+    if known is not None and known != adapter and not overwrite:
+        raise ValueError(f"env type {adapter.name!r} is already registered")
+    _ADAPTERS[adapter.name] = adapter
+    return adapter
+
+
+def unregister_adapter(name: str) -> None:
+    """Remove a registered adapter (e.g. one a test registered)."""
+    _discover()
+    _ADAPTERS.pop(name, None)
+
+
+def adapters() -> tuple[EnvAdapter, ...]:
+    """Every registered adapter, by name."""
+    _discover()
+    return tuple(sorted(_ADAPTERS.values(), key=lambda a: a.name))
+
+
+def list_env_types() -> list[str]:
+    """Registered env type names, sorted."""
+    return [a.name for a in adapters()]
+
+
+def get_adapter(env_type: Any) -> EnvAdapter:
+    """The adapter registered as `env_type`; an unknown one is a ValueError listing the registered ones."""
+    _discover()
+    adapter = _ADAPTERS.get(env_type) if isinstance(env_type, str) else None
+    if adapter is None:
+        raise ValueError(f"unknown env_type {env_type!r}; valid env types: {list_env_types()}")
+    return adapter
 
 
 def register_env_type(
     name: str, factory: Factory | str, *, task_lister: TaskLister | str | None = None, overwrite: bool = True
-) -> None:
-    """Register (or replace) an env type.
+) -> EnvAdapter:
+    """Register an adapter record with a factory and a task lister only (no checker, grouping or demos).
 
     Args:
         name: The `EnvConfig.env_type` value.
@@ -40,39 +170,16 @@ def register_env_type(
         task_lister: Callable `() -> list[str]` (or "module:attr") listing valid task names.
         overwrite: If False, raise when `name` is already registered.
     """
-    if not overwrite and name in _REGISTRY:
+    if not overwrite and name in list_env_types():
         raise ValueError(f"env type {name!r} is already registered")
-    _REGISTRY[name] = (factory, task_lister)
-
-
-def list_env_types() -> list[str]:
-    """Registered env type names."""
-    return sorted(_REGISTRY)
-
-
-def _resolve(ref: Any) -> Any:
-    if not isinstance(ref, str):
-        return ref
-    module_name, _, attr = ref.partition(":")
-    module = importlib.import_module(module_name)
-    return getattr(module, attr)
-
-
-def _entry(env_type: str) -> tuple[Factory | str, TaskLister | str | None]:
-    if env_type not in _REGISTRY:
-        raise ValueError(f"unknown env_type {env_type!r}; valid env types: {list_env_types()}")
-    return _REGISTRY[env_type]
+    return register_adapter(EnvAdapter(name, factory, task_lister), overwrite=True)
 
 
 def list_tasks(env_type: str) -> list[str]:
     """Valid task names of `env_type` (imports the adapter, not necessarily the simulator)."""
-    _, lister = _entry(env_type)
-    if lister is None:
-        return []
-    return list(_resolve(lister)())
+    return get_adapter(env_type).list_tasks()
 
 
 def env_factory(env_type: str) -> Factory:
     """The factory `(EnvConfig) -> BatchedEnv` of `env_type` (imports its adapter module, not the simulator)."""
-    factory, _ = _entry(env_type)
-    return _resolve(factory)
+    return resolve_ref(get_adapter(env_type).factory)  # type: ignore[no-any-return]

@@ -168,8 +168,8 @@ ENV_CASES = [
     ("video-key", [CONFIG, "+env.eval.video_cfg.codec=h264"], "unknown key 'env.eval.video_cfg.codec'"),
     (
         "group-size",
-        [CONFIG, "env.train.num_envs=3", "env.train.group_size=2"],
-        "env.train.group_size=2 is invalid",
+        [CONFIG, "env.train.num_envs=3", "algorithm.group_size=2"],
+        "algorithm.group_size=2 is invalid: must divide env.train.num_envs=3",
     ),
     (
         "env-key",

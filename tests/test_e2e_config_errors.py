@@ -223,11 +223,32 @@ def test_several_errors_are_reported_together(capsys) -> None:
     assert len(lines) == 2
 
 
-def test_grpo_needs_matching_groups(capsys) -> None:
+def test_env_group_size_is_algorithm_group_size(capsys) -> None:
+    """`env.train.group_size` (the reference's spelling) and `algorithm.group_size` are one setting: the train envs'
+    same-start groups are the estimator's; a different value either way is refused naming both."""
     lines = _cli_errors(sft_main, ["metaworld_grpo_tiny_cpu", "env.train.group_size=2"], capsys)
-    assert any(
-        "env.train.group_size=2 is invalid: must equal algorithm.group_size=4" in line for line in lines
+    assert lines == [
+        "vla-sft: config error: env.train.group_size=2 conflicts with algorithm.group_size=4: they are one setting "
+        "(algorithm.group_size is this project's name for it: the envs of a group share a start state); give one "
+        "of them"
+    ], lines
+    lines = _cli_errors(
+        sft_main, ["metaworld_grpo_tiny_cpu", "env.train.group_size=2", "algorithm.group_size=8"], capsys
     )
+    assert lines == [
+        "vla-sft: config error: env.train.group_size=2 conflicts with algorithm.group_size=8: they are one setting "
+        "(algorithm.group_size is this project's name for it); give one of them"
+    ], lines
+    for overrides in (["algorithm.group_size=2"], ["algorithm.group_size=2", "env.train.group_size=2"]):
+        tc = load_train_config("metaworld_grpo_tiny_cpu", overrides, check_paths=False)
+        assert tc.algorithm.group_size == tc.env_train.group_size == 2
+    tc = load_train_config("metaworld_ppo_tiny_cpu", ["algorithm.group_size=2"], check_paths=False)
+    assert tc.env_train.group_size == 2  # PPO's same-start groups (env.train.use_fixed_reset_state_ids)
+    lines = _cli_errors(sft_main, ["metaworld_grpo_tiny_cpu", "algorithm.group_size=3"], capsys)
+    assert lines == [
+        "vla-sft: config error: algorithm.group_size=3 is invalid: must divide env.train.num_envs=16 (the train envs "
+        "are split into groups of that many rows sharing a start state)"
+    ], lines
 
 
 def test_grpo_score_needs_a_positive_gamma(capsys) -> None:

@@ -68,7 +68,7 @@ def test_fixed_reset_groups_share_task_and_trial_on_mt10() -> None:
     every row keeps its task (row % 10) and draws its own trial."""
     fixed = load_train_config(
         "metaworld_mt10_ppo_tiny_cpu",
-        ["env.train.use_fixed_reset_state_ids=true", "env.train.group_size=4"],
+        ["env.train.use_fixed_reset_state_ids=true", "algorithm.group_size=4"],
         check_paths=False,
     )
     trials = fixed.env_train.num_trials_per_task

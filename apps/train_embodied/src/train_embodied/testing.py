@@ -28,7 +28,6 @@ GRPO_TINY = [
     *TINY,
     "env.train.num_envs=4",
     "env.train.envs_per_worker=4",
-    "env.train.group_size=2",
     "algorithm.group_size=2",
     "env.train.max_episode_steps=6",
     "algorithm.filter_rewards=false",

@@ -3,11 +3,15 @@ the name up instead of branching on it.
 
 Each entry states what a trainer must provide, so the trainer asks the entry, never the name:
 
-- an advantage estimator (:mod:`vla_algos.estimators`) says whether it ``needs_values`` (a critic), whether
-  it scores ``grouped_starts`` (groups of ``group_size`` envs reset to one start state, one episode each: the
-  rollout may stop once every env's first episode ended) and whether its advantages come ``group_normalized``
-  (already divided by their group's std: rollout-wide whitening is not applied to them again);
-- a policy loss (:mod:`vla_algos.objectives`) says whether it ``uses_critic`` (values, returns);
+- an advantage estimator (:mod:`vla_algos.estimators`) says whether it ``needs_values`` (the critic's values: the
+  loss must train a critic), whether it scores ``grouped_starts`` (group-relative: groups of ``group_size >= 2``
+  envs reset to one start state, one episode each, so no auto-reset; the rollout may stop once every env's first
+  episode ended, and a group is never split across pipeline stages or ranks), whether its advantages come
+  ``group_normalized`` (already divided by their group's std: rollout-wide whitening is not applied to them
+  again) and whether they rank ``episode_scores`` (each env's first-episode score: the sum of its rewards, or of
+  ``gamma**t * reward`` with ``discount_scores``, which then needs ``gamma > 0``);
+- a policy loss (:mod:`vla_algos.objectives`) says whether it ``uses_critic`` (a value term: it needs the policy's
+  value head, the rollout's values and value targets);
 - a loss aggregation mode (:mod:`vla_algos.aggregation`) maps ``(loss_mask, done)`` to per-decision weights.
 
 Adding one is one call: ``register_advantage_estimator("rloo", fn, grouped_starts=True)``.
@@ -33,6 +37,7 @@ class AdvantageEstimator:
     needs_values: bool = False
     grouped_starts: bool = False
     group_normalized: bool = False
+    episode_scores: bool = False
 
     def __call__(self, **kwargs: Any) -> Any:
         return self.fn(**kwargs)
@@ -52,7 +57,9 @@ class PolicyLoss:
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "gae": AdvantageEstimator("gae", gae_estimator, needs_values=True),
-    "grpo": AdvantageEstimator("grpo", grpo_estimator, grouped_starts=True, group_normalized=True),
+    "grpo": AdvantageEstimator(
+        "grpo", grpo_estimator, grouped_starts=True, group_normalized=True, episode_scores=True
+    ),
 }
 POLICY_LOSSES: dict[str, PolicyLoss] = {
     "actor_critic": PolicyLoss("actor_critic", actor_critic_loss, uses_critic=True),
@@ -113,14 +120,18 @@ def register_advantage_estimator(
     needs_values: bool = False,
     grouped_starts: bool = False,
     group_normalized: bool = False,
+    episode_scores: bool = False,
 ) -> None:
     """Add an advantage estimator under a new ``adv_type`` name (existing names cannot be replaced).
 
     ``fn`` takes the keywords of :mod:`vla_algos.estimators` (accept ``**unused``) and returns
-    :class:`vla_algos.EstimatedAdvantages`.
+    :class:`vla_algos.EstimatedAdvantages`. The properties are those of :class:`AdvantageEstimator` (module
+    docstring): a trainer and its config validation read them, so a new estimator needs no change there.
     """
     _check_new(ADVANTAGE_ESTIMATORS, "adv_type", name)
-    ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(name, fn, needs_values, grouped_starts, group_normalized)
+    ADVANTAGE_ESTIMATORS[name] = AdvantageEstimator(
+        name, fn, needs_values, grouped_starts, group_normalized, episode_scores
+    )
 
 
 def register_policy_loss(name: str, fn: Callable[..., Any], *, uses_critic: bool = False) -> None:

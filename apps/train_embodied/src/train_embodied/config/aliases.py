@@ -9,10 +9,13 @@
 | `trainer.logger.wandb.enable`                | `"wandb"` in `runner.logger.logger_backends`         |
 | `trainer.logger.wandb.project_name` / `experiment_name` | the project and run name the wandb backend reports to |
 | `env/train=NAME`, `env/eval=NAME` (overrides, defaults lists) | `env@env.train=NAME`, `env@env.eval=NAME`    |
+| `env.train.group_size`                       | `algorithm.group_size` (envs per same-start group: the estimator's group and the env's) |
 
 A key given in the documents' spelling is applied over the config's own (the shipped configs never use those
-spellings, so a value there is the user's). Given both ways on one command line with different values, the run is
-refused with one line naming both. Two keys the reference reads are checked, not stored: `algorithm.n_chunk_steps`
+spellings, so a value there is the user's). Given both ways with different values on one command line, or inside
+one config file, the run is refused with one line naming both; the same value both ways is one setting.
+`env.train.group_size` is refused whenever it differs from `algorithm.group_size` (whose default is always in
+the composed config): the env's groups are the estimator's. Two keys the reference reads are checked, not stored: `algorithm.n_chunk_steps`
 (decisions per rollout epoch) must agree with the env and model settings, and `env.enable_offload: true` is refused
 (env workers keep their simulators resident).
 """
@@ -38,7 +41,44 @@ OVERRIDE_ALIASES: tuple[tuple[str, str], ...] = (
         (f"video_cfg.{k}", f"env.train.video_cfg.{k}")
         for k in ("save_video", "info_on_video", "video_base_dir", "fps", "max_envs")
     ),
+    ("env.train.group_size", "algorithm.group_size"),
 )
+
+#: Every (documents' key, our key) pair that one config file may not set to different values.
+FILE_ALIASES: tuple[tuple[str, str], ...] = (
+    *OVERRIDE_ALIASES,
+    *(
+        (f"env.{split}.{k}", f"env.{split}.extra.{k}")
+        for split in ("train", "eval")
+        for k in ENV_EXTRA_ALIASES
+    ),
+)
+
+_ABSENT = object()
+
+
+def _select(data: Any, key: str) -> Any:
+    """The value at dotted `key` of nested mappings, or `_ABSENT`."""
+    for part in key.split("."):
+        if not isinstance(data, Mapping) or part not in data:
+            return _ABSENT
+        data = data[part]
+    return data
+
+
+def file_conflicts(data: Any, source: str) -> list[str]:
+    """One line per documents' key and our key that the config file `source` (its own contents `data`, before
+    composition) sets to different values; null means unset."""
+    errors = []
+    for theirs, ours in FILE_ALIASES:
+        a, b = _select(data, theirs), _select(data, ours)
+        if a is _ABSENT or b is _ABSENT or a is None or b is None or a == b:
+            continue
+        errors.append(
+            f"{theirs}={a!r} conflicts with {ours}={b!r} in {source}: they are one setting ({ours} is this "
+            "project's name for it); give one of them"
+        )
+    return errors
 
 
 def rewrite_override(item: str) -> str:
@@ -142,6 +182,19 @@ def apply_aliases(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         errors.append(f"video_cfg={video!r} is invalid: expected a section (the keys of env.train.video_cfg)")
 
     env = out.get("env")
+    train = env.get("train") if isinstance(env, dict) else None
+    group_size = train.pop("group_size", None) if isinstance(train, dict) else None
+    if group_size is not None:  # one setting: the env's same-start groups are the estimator's groups
+        algorithm = out.setdefault("algorithm", {})
+        given = algorithm.get("group_size") if isinstance(algorithm, dict) else None
+        if given is not None and given != group_size:
+            errors.append(
+                f"env.train.group_size={group_size!r} conflicts with algorithm.group_size={given!r}: they are one "
+                "setting (algorithm.group_size is this project's name for it: the envs of a group share a start "
+                "state); give one of them"
+            )
+        elif isinstance(algorithm, dict):
+            algorithm["group_size"] = group_size
     if isinstance(env, dict):
         offload = env.pop("enable_offload", False)
         if offload not in (False, None):

@@ -30,6 +30,7 @@ from train_embodied.config.sections import (
     SFTSection,
     TrainerSection,
 )
+from vla_algos import POLICY_LOSSES
 from vla_envs import EnvConfig
 
 TOP_LEVEL_SECTIONS = ["cluster", "runner", "algorithm", "env", "rollout", "actor", "sft", "trainer"]
@@ -79,6 +80,8 @@ def _env_config(
     app_part = {k: data[k] for k in ENV_APP_KEYS if k in data}
     run = build_section(EnvRunSection, app_part, prefix, errors)
     env_part = {k: copy.deepcopy(v) for k, v in data.items() if k not in ENV_APP_KEYS}
+    if env_part.get("group_size", 0) is None:  # null: EnvConfig's (env.train's is algorithm.group_size)
+        del env_part["group_size"]
     video = env_part.get("video_cfg")
     if isinstance(video, dict) and video.get("video_base_dir") is None:
         video["video_base_dir"] = video_dir
@@ -101,6 +104,22 @@ def _env_config(
         message = re.sub(r"\bVideoConfig\.", f"{prefix}.video_cfg.", str(exc))
         errors.append(re.sub(r"\bEnvConfig\.", f"{prefix}.", message))
         return None, run
+
+
+def _env_group_size(algorithm: AlgorithmSection, num_envs: Any, errors: list[str]) -> int:
+    """The train env's same-start group size: `algorithm.group_size` (one setting; `env.train.group_size`, the
+    reference's spelling, was moved there by `apply_aliases`). A size that does not divide the env rows is reported
+    here, naming both keys (the env would name only its own)."""
+    size = algorithm.group_size
+    if not isinstance(size, int) or size < 1:  # reported by the algorithm section
+        return 1
+    if isinstance(num_envs, int) and num_envs >= 1 and num_envs % size != 0:
+        errors.append(
+            f"algorithm.group_size={size!r} is invalid: must divide env.train.num_envs={num_envs!r} (the train envs "
+            "are split into groups of that many rows sharing a start state)"
+        )
+        return 1
+    return size
 
 
 def _check_adapter_settings(env: EnvConfig, prefix: str) -> list[str]:
@@ -216,33 +235,25 @@ def _check_gpus_here(cluster: ClusterSection) -> list[str]:
 def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
     errors: list[str] = []
     algo, model = tc.algorithm, tc.actor.model
-    if algo.loss_type == "actor_critic" and not model.add_value_head:
+    # the registered estimator's and loss's properties decide, never their names (both names are valid here)
+    estimator, loss = algo.estimator(), algo.loss()
+    assert estimator is not None and loss is not None
+    if loss.uses_critic and not model.add_value_head:
         errors.append(
-            "actor.model.add_value_head=False is invalid with algorithm.loss_type='actor_critic': "
-            "the critic is the value head (set actor.model.add_value_head=true or algorithm.loss_type=actor)"
+            f"actor.model.add_value_head=False is invalid with algorithm.loss_type={algo.loss_type!r}: "
+            "the critic is the value head (set actor.model.add_value_head=true or algorithm.loss_type to a loss "
+            f"without a value term: {_names_without('uses_critic', POLICY_LOSSES)})"
         )
-    if algo.adv_type == "grpo":
-        if tc.env_train.group_size != algo.group_size:
-            errors.append(
-                f"env.train.group_size={tc.env_train.group_size!r} is invalid: must equal "
-                f"algorithm.group_size={algo.group_size!r} (envs of one group share a start state)"
-            )
-        if algo.gamma <= 0.0 and algo.discount_scores:
-            errors.append(
-                f"algorithm.gamma={algo.gamma!r} is invalid with algorithm.adv_type='grpo' and "
-                "algorithm.discount_scores=true: the episode score is the sum of gamma**t * reward, which needs gamma "
-                "in (0, 1] (1: plain sum)"
-            )
-        if tc.env_train.auto_reset:
-            errors.append(
-                "env.train.auto_reset=True is invalid with algorithm.adv_type='grpo': a group score is one "
-                "episode per env (set env.train.auto_reset=false)"
-            )
-    if algo.adv_type == "gae" and algo.filter_rewards and tc.env_train.auto_reset:
+    if estimator.grouped_starts and tc.env_train.auto_reset:
         errors.append(
-            "env.train.auto_reset=True is invalid with algorithm.filter_rewards=true and algorithm.adv_type='gae': "
-            "a task's score is the mean of its env rows' first-episode scores, one episode per env "
-            "(set env.train.auto_reset=false)"
+            f"env.train.auto_reset=True is invalid with algorithm.adv_type={algo.adv_type!r}: a group score is one "
+            "episode per env (set env.train.auto_reset=false)"
+        )
+    if not estimator.grouped_starts and algo.filter_rewards and tc.env_train.auto_reset:
+        errors.append(
+            "env.train.auto_reset=True is invalid with algorithm.filter_rewards=true and "
+            f"algorithm.adv_type={algo.adv_type!r}: a task's score is the mean of its env rows' first-episode scores, "
+            "one episode per env (set env.train.auto_reset=false)"
         )
     if algo.n_chunk_steps is not None:
         decisions = tc.train_run.max_steps_per_rollout_epoch // model.num_action_chunks
@@ -261,10 +272,12 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
         )
     stages = tc.rollout.pipeline_stage_num
     per_stage = tc.env_train.num_envs // stages
-    if tc.env_train.num_envs % stages != 0 or (algo.adv_type == "grpo" and per_stage % algo.group_size != 0):
+    whole_groups = not estimator.grouped_starts or per_stage % algo.group_size == 0
+    if tc.env_train.num_envs % stages != 0 or not whole_groups:
         errors.append(
             f"env.train.num_envs={tc.env_train.num_envs!r} is invalid with rollout.pipeline_stage_num={stages!r}: "
-            "each pipeline stage needs the same number of envs (and whole GRPO groups)"
+            "each pipeline stage needs the same number of envs (and whole groups of algorithm.group_size="
+            f"{algo.group_size!r} with algorithm.adv_type={algo.adv_type!r})"
         )
     if tc.train_run.max_steps_per_rollout_epoch % model.num_action_chunks != 0:
         errors.append(
@@ -305,6 +318,13 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
         elif model.model_path:
             errors += _check_model_folder(model)
     return errors
+
+
+def _names_without(prop: str, registry: dict[str, Any]) -> str:
+    """The registered names whose entry has `prop` unset, for messages."""
+    return (
+        ", ".join(name for name, entry in registry.items() if not getattr(entry, prop)) or "(none registered)"
+    )
 
 
 def _wrist_camera_contradictions(tc: TrainConfig) -> list[str]:
@@ -404,7 +424,10 @@ def build_train_config(cfg: Mapping[str, Any], *, check_paths: bool = True) -> T
     env = cfg.get("env", {})
     errors += unknown_key_errors(env, ["train", "eval"], "env")
     log_dir = runner.logger.log_dir or "<log_dir>"
-    env_train, train_run = _env_config(env.get("train", {}), "env.train", f"{log_dir}/video/train", errors)
+    train = env.get("train", {})
+    if isinstance(train, Mapping):
+        train = {**train, "group_size": _env_group_size(algorithm, train.get("num_envs"), errors)}
+    env_train, train_run = _env_config(train, "env.train", f"{log_dir}/video/train", errors)
     env_eval, eval_run = _env_config(env.get("eval", {}), "env.eval", f"{log_dir}/video/eval", errors)
     if errors or env_train is None or env_eval is None:
         raise ConfigError(errors or ["env.train / env.eval are invalid"])

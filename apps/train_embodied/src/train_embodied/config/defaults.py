@@ -5,7 +5,8 @@ built from the dataclass defaults of `train_embodied.config.sections` and `vla_e
 Hydra's config store, so every key can be overridden on the command line without `+`, and a YAML file sets only
 what differs. Two values are the app's own, not the dataclasses': `env.*.video_cfg.video_base_dir` is null (the
 run folder's `video/<train|eval>`), and mapping-valued keys start empty so that a config's mapping replaces
-rather than extends them (an empty `cluster.component_placement` means every component on every slot).
+rather than extends them (an empty `cluster.component_placement` means every component on every slot); and
+`env.*.group_size` is null: the train envs' same-start groups are `algorithm.group_size`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ def env_defaults() -> dict[str, Any]:
     video["video_base_dir"] = None  # the run folder's video/<train|eval>, filled in by the app
     out["video_cfg"] = video
     out.update(field_defaults(EnvRunSection))
+    # null: env.train's groups are algorithm.group_size's (train_embodied.config.aliases), env.eval's EnvConfig's
+    out["group_size"] = None
     return out
 
 

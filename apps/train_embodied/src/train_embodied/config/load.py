@@ -18,7 +18,7 @@ from hydra.errors import ConfigCompositionException, HydraException, MissingConf
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from train_embodied.config.aliases import override_conflicts, rewrite_override
+from train_embodied.config.aliases import file_conflicts, override_conflicts, rewrite_override
 from train_embodied.config.build import ConfigError
 from train_embodied.config.defaults import register_base_configs
 
@@ -121,6 +121,10 @@ def compose_config(config: str, overrides: list[str] | None = None) -> DictConfi
         raise ConfigError([f"cannot compose config {config!r}: {str(exc).splitlines()[0]}"]) from None
     except yaml.YAMLError as exc:  # a config file (the user's or a group option) that is not valid YAML
         raise ConfigError([_explain_yaml_error(exc)]) from None
+    path = search_dir / (Path(config).name if extra else f"{name}.yaml")
+    conflicts = file_conflicts(yaml.safe_load(path.read_text()) or {}, str(path))
+    if conflicts:  # composition merged the two spellings silently: the documents' one would win
+        raise ConfigError(conflicts)
     if extra and not any(o.lstrip("+~").startswith(REPLACE_WHOLE) for o in overrides or []):
         _replace_whole_from_file(cfg, search_dir / Path(config).name)
     return cfg

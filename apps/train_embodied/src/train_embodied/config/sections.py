@@ -11,21 +11,43 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
-ADV_TYPES = ("gae", "grpo")
-LOSS_TYPES = ("actor_critic", "actor")
-REWARD_TYPES = ("chunk_level", "action_level")
-LOGPROB_TYPES = ("token_level", "action_level", "chunk_level")
+from vla_algos import (
+    ADVANTAGE_ESTIMATORS,
+    KL_KINDS,
+    LOGPROB_LEVELS,
+    LOSS_AGG_MODES,
+    POLICY_LOSSES,
+    REWARD_LEVELS,
+    AdvantageEstimator,
+    PolicyLoss,
+    get_advantage_estimator,
+    get_policy_loss,
+)
+from vla_algos.rollout_advantages import GROUP_MODES
+
+# Names of vla_algos: the registries are read when a config is checked, so an estimator, loss or aggregation mode
+# registered after import is accepted, and every check below asks the registered entry's properties, not its name.
+REWARD_TYPES = REWARD_LEVELS
+LOGPROB_TYPES = LOGPROB_LEVELS
+KL_PENALTIES = KL_KINDS
+ENTROPY_TYPES = LOGPROB_LEVELS
 BACKENDS = ("local", "ray")
 LOGGER_BACKENDS = ("tensorboard", "console", "wandb", "swanlab")
 PRECISIONS = ("fp32", "bf16", "fp16")
 MODEL_SIZES = ("tiny", "full")
-LOSS_AGG_MODES = ("token-mean", "seq-mean-token-mean")
-PER_TASK_ADVANTAGES = ("none", "center", "whiten")
+PER_TASK_ADVANTAGES = GROUP_MODES
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
-KL_PENALTIES = ("k1", "k2", "k3", "abs", "kl", "mse", "low_var_kl")  # vla_algos.KL_KINDS
-ENTROPY_TYPES = ("token_level", "action_level", "chunk_level")
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
+
+
+#: Reference-framework names that no vla_algos registry holds, each with why it is refused (while unregistered).
+UNSUPPORTED_LOSS_AGG_MODES = {
+    "seq-mean-token-sum": (
+        "the loss is a weighted mean (token-mean or seq-mean-token-mean); the reference framework's embodied actor "
+        "does not read its loss_agg_func either"
+    ),
+}
 
 
 def one_of(key: str, value: Any, allowed: tuple[str, ...]) -> list[str]:
@@ -33,6 +55,31 @@ def one_of(key: str, value: Any, allowed: tuple[str, ...]) -> list[str]:
     if value in allowed:
         return []
     return [f"{key}={value!r} is not one of: {', '.join(allowed)}"]
+
+
+def registered(
+    key: str, value: Any, registry: dict[str, Any], unsupported: dict[str, str] | None = None
+) -> list[str]:
+    """`one_of` the names registered now in a vla_algos `registry` (in registration order); an unregistered name of
+    `unsupported` is refused with its reason."""
+    if value in registry:
+        return []
+    if unsupported and value in unsupported:
+        return [f"{key}={value!r} is not supported: {unsupported[value]}"]
+    return one_of(key, value, tuple(registry))
+
+
+def lookup(get: Any, name: Any) -> Any:
+    """The registered entry `get(name)`, or None for an unknown name (reported by `registered`)."""
+    try:
+        return get(name)
+    except (ValueError, TypeError):
+        return None
+
+
+def with_property(registry: dict[str, Any], prop: str) -> str:
+    """The registered names whose entry has `prop` set, for messages: `actor_critic`."""
+    return ", ".join(name for name, entry in registry.items() if getattr(entry, prop)) or "(none registered)"
 
 
 def at_least(key: str, value: float, low: float, *, allow: tuple[float, ...] = ()) -> list[str]:
@@ -206,8 +253,8 @@ class AlgorithmSection:
     whiten_std_eps: float | None = 1e-5
 
     def check(self, prefix: str) -> list[str]:
-        errors = one_of(f"{prefix}.adv_type", self.adv_type, ADV_TYPES)
-        errors += one_of(f"{prefix}.loss_type", self.loss_type, LOSS_TYPES)
+        errors = registered(f"{prefix}.adv_type", self.adv_type, ADVANTAGE_ESTIMATORS)
+        errors += registered(f"{prefix}.loss_type", self.loss_type, POLICY_LOSSES)
         errors += one_of(f"{prefix}.reward_type", self.reward_type, REWARD_TYPES)
         errors += one_of(f"{prefix}.logprob_type", self.logprob_type, LOGPROB_TYPES)
         errors += at_least(f"{prefix}.entropy_bonus", self.entropy_bonus, 0.0)
@@ -228,41 +275,62 @@ class AlgorithmSection:
         errors += at_least(f"{prefix}.update_epoch", self.update_epoch, 1)
         errors += at_least(f"{prefix}.rollout_epoch", self.rollout_epoch, 1)
         errors += at_least(f"{prefix}.critic_warmup_epochs", self.critic_warmup_epochs, 0)
-        if self.loss_agg_mode != "seq-mean-token-sum":  # refused with its own message below
-            errors += one_of(f"{prefix}.loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES)
+        errors += registered(
+            f"{prefix}.loss_agg_mode", self.loss_agg_mode, LOSS_AGG_MODES, UNSUPPORTED_LOSS_AGG_MODES
+        )
         if self.target_kl is not None:
             errors += above(f"{prefix}.target_kl", self.target_kl, 0.0)
         if self.n_chunk_steps is not None:
             errors += at_least(f"{prefix}.n_chunk_steps", self.n_chunk_steps, 1)
-        if self.critic_warmup_epochs > 0 and self.loss_type != "actor_critic":
+        estimator, loss = self.estimator(), self.loss()
+        critic_losses = with_property(POLICY_LOSSES, "uses_critic")
+        if self.critic_warmup_epochs > 0 and loss is not None and not loss.uses_critic:
             errors.append(
                 f"{prefix}.critic_warmup_epochs={self.critic_warmup_epochs!r} needs a critic: set it to 0 "
-                f"or {prefix}.loss_type=actor_critic"
+                f"or {prefix}.loss_type to a loss with a value term ({critic_losses})"
             )
         if self.rewards_lower_bound > self.rewards_upper_bound:
             errors.append(
                 f"{prefix}.rewards_lower_bound={self.rewards_lower_bound!r} is invalid: must be <= "
                 f"{prefix}.rewards_upper_bound={self.rewards_upper_bound!r}"
             )
-        if self.adv_type == "grpo" and self.group_size < 2:
+        if estimator is not None and estimator.grouped_starts and self.group_size < 2:
             errors.append(
-                f"{prefix}.group_size={self.group_size!r} is invalid: GRPO needs groups of >= 2 envs"
+                f"{prefix}.group_size={self.group_size!r} is invalid with {prefix}.adv_type={self.adv_type!r}: "
+                "a group-relative estimator needs groups of >= 2 envs"
             )
         errors += one_of(f"{prefix}.per_task_advantages", self.per_task_advantages, PER_TASK_ADVANTAGES)
-        if self.adv_type == "gae" and self.filter_rewards and self.per_task_advantages == "none":
+        filter_by_task = estimator is not None and not estimator.grouped_starts and self.filter_rewards
+        if filter_by_task and self.per_task_advantages == "none":
             errors.append(
-                f"{prefix}.filter_rewards=True is invalid with {prefix}.adv_type='gae' and "
-                f"{prefix}.per_task_advantages='none': with GAE the filter leaves out of the policy loss the tasks "
+                f"{prefix}.filter_rewards=True is invalid with {prefix}.adv_type={self.adv_type!r} and "
+                f"{prefix}.per_task_advantages='none': without same-start groups (adv_type "
+                f"{with_property(ADVANTAGE_ESTIMATORS, 'grouped_starts')}) the filter leaves out of the policy loss the tasks "
                 f"whose mean episode score in a rollout is outside [{prefix}.rewards_lower_bound, "
                 f"{prefix}.rewards_upper_bound], which needs the rows grouped by task (set {prefix}.per_task_advantages "
                 f"to center or whiten, or {prefix}.filter_rewards=false)"
             )
-        if self.adv_type == "gae" and self.loss_type != "actor_critic":
+        if estimator is not None and loss is not None and estimator.needs_values and not loss.uses_critic:
             errors.append(
-                f"{prefix}.loss_type={self.loss_type!r} is invalid with {prefix}.adv_type='gae': "
-                "GAE needs a critic (loss_type=actor_critic)"
+                f"{prefix}.loss_type={self.loss_type!r} is invalid with {prefix}.adv_type={self.adv_type!r}: "
+                f"that estimator uses the critic's values, which only a loss with a value term trains "
+                f"(loss_type {critic_losses})"
+            )
+        if estimator is not None and estimator.episode_scores and self.discount_scores and self.gamma <= 0.0:
+            errors.append(
+                f"{prefix}.gamma={self.gamma!r} is invalid with {prefix}.adv_type={self.adv_type!r} and "
+                f"{prefix}.discount_scores=true: the episode score is the sum of gamma**t * reward, which needs gamma "
+                "in (0, 1] (1: plain sum)"
             )
         return errors + self._check_reference_options(prefix)
+
+    def estimator(self) -> AdvantageEstimator | None:
+        """The registered `adv_type` (None if unknown: `check` reports it)."""
+        return lookup(get_advantage_estimator, self.adv_type)
+
+    def loss(self) -> PolicyLoss | None:
+        """The registered `loss_type` (None if unknown: `check` reports it)."""
+        return lookup(get_policy_loss, self.loss_type)
 
     def _check_reference_options(self, prefix: str) -> list[str]:
         """The reference framework's options: each implemented, or refused naming what to set instead."""
@@ -287,12 +355,6 @@ class AlgorithmSection:
                 f"{prefix}.bootstrap_type={self.bootstrap_type!r} is not supported: only 'standard' (a timed-out "
                 "episode is bootstrapped from the value of its final observation, a terminated one is not; "
                 f"{prefix}.bootstrap_truncated=false bootstraps neither)"
-            )
-        if self.loss_agg_mode == "seq-mean-token-sum":
-            errors.append(
-                f"{prefix}.loss_agg_mode='seq-mean-token-sum' is not supported: the loss is a weighted mean "
-                "(token-mean or seq-mean-token-mean); the reference framework's embodied actor does not read its "
-                "loss_agg_func either"
             )
         if self.whiten_std_eps is not None:
             errors += above(f"{prefix}.whiten_std_eps", self.whiten_std_eps, 0.0)

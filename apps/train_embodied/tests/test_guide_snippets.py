@@ -416,3 +416,71 @@ def test_both_spellings_with_one_value_are_one_setting() -> None:
         check_paths=False,
     )
     assert tc.actor.model.model_path == "/a" and tc.actor.fsdp_config.cpu_offload is True
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """`{"a.b": 1}` -> `{"a": {"b": 1}}`."""
+    out: dict[str, Any] = {}
+    for dotted, value in flat.items():
+        node = out
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+@pytest.mark.parametrize(
+    ("theirs", "ours", "values"),
+    [
+        ("rollout.model.model_path", "actor.model.model_path", ("/a", "/b")),
+        ("fsdp.gradient_checkpointing", "actor.fsdp_config.gradient_checkpointing", (True, False)),
+        ("video_cfg.fps", "env.train.video_cfg.fps", (10, 30)),
+        ("env.eval.center_crop", "env.eval.extra.center_crop", (True, False)),
+    ],
+)
+def test_both_spellings_with_different_values_in_one_file_are_refused_naming_both(
+    theirs: str, ours: str, values: tuple[Any, Any], tmp_path: Path
+) -> None:
+    """Inside one config file the two spellings of a setting with different values are refused (composition would
+    merge them and the documents' spelling would win silently); with one value they are one setting; the documents'
+    spelling alone still applies over the config the file starts from."""
+    base = "robotwin_place_empty_cup_grpo_openvlaoft"
+    path = tmp_path / "mine.yaml"
+
+    def load(settings: dict[str, Any]) -> Any:
+        path.write_text(yaml.safe_dump({"defaults": [base, "_self_"], **_nest(settings)}))
+        return load_train_config(str(path), check_paths=False)
+
+    mine, other = values
+    with pytest.raises(ConfigError) as err:
+        load({theirs: mine, ours: other})
+    assert err.value.errors == [
+        f"{theirs}={mine!r} conflicts with {ours}={other!r} in {path}: they are one setting ({ours} is this "
+        "project's name for it); give one of them"
+    ]
+    for settings in ({theirs: mine}, {theirs: mine, ours: mine}):
+        assert same(home_value(load(settings), theirs), mine), settings
+
+
+def test_env_group_size_in_a_file_is_algorithm_group_size(tmp_path: Path) -> None:
+    base = "metaworld_grpo_tiny_cpu"  # algorithm.group_size: 4
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump({"defaults": [base, "_self_"], "env": {"train": {"group_size": 2}}}))
+    with pytest.raises(ConfigError) as err:
+        load_train_config(str(path), check_paths=False)
+    assert err.value.errors == [
+        "env.train.group_size=2 conflicts with algorithm.group_size=4: they are one setting (algorithm.group_size is "
+        "this project's name for it: the envs of a group share a start state); give one of them"
+    ]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": [base, "_self_"],
+                "env": {"train": {"group_size": 2}},
+                "algorithm": {"group_size": 2},
+            }
+        )
+    )
+    tc = load_train_config(str(path), check_paths=False)
+    assert tc.algorithm.group_size == tc.env_train.group_size == 2

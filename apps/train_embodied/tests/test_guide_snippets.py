@@ -484,3 +484,24 @@ def test_env_group_size_in_a_file_is_algorithm_group_size(tmp_path: Path) -> Non
     )
     tc = load_train_config(str(path), check_paths=False)
     assert tc.algorithm.group_size == tc.env_train.group_size == 2
+
+
+def test_our_spelling_on_the_command_line_overrides_the_documents_spelling_in_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "defaults": ["metaworld_grpo_tiny_cpu", "_self_"],
+                "fsdp": {"gradient_checkpointing": True},
+                "env": {"train": {"group_size": 4}},
+            }
+        )
+    )
+    assert load_train_config(str(path), check_paths=False).actor.fsdp_config.gradient_checkpointing is True
+    tc = load_train_config(
+        str(path),
+        ["actor.fsdp_config.gradient_checkpointing=false", "algorithm.group_size=2"],
+        check_paths=False,
+    )
+    assert tc.actor.fsdp_config.gradient_checkpointing is False
+    assert tc.algorithm.group_size == tc.env_train.group_size == 2

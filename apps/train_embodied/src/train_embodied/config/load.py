@@ -18,7 +18,7 @@ from hydra.errors import ConfigCompositionException, HydraException, MissingConf
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from train_embodied.config.aliases import file_conflicts, override_conflicts, rewrite_override
+from train_embodied.config.aliases import FILE_ALIASES, file_conflicts, override_conflicts, rewrite_override
 from train_embodied.config.build import ConfigError
 from train_embodied.config.defaults import register_base_configs
 
@@ -127,7 +127,17 @@ def compose_config(config: str, overrides: list[str] | None = None) -> DictConfi
         raise ConfigError(conflicts)
     if extra and not any(o.lstrip("+~").startswith(REPLACE_WHOLE) for o in overrides or []):
         _replace_whole_from_file(cfg, search_dir / Path(config).name)
+    _command_line_spelling_wins(cfg, list(overrides or []))
     return cfg
+
+
+def _command_line_spelling_wins(cfg: DictConfig, overrides: list[str]) -> None:
+    """A setting given on the command line in our spelling overrides the documents' spelling of it in the config
+    files (which `apply_aliases` would otherwise apply over ours): that one is unset."""
+    given = {rewrite_override(o).split("=", 1)[0].lstrip("+~") for o in overrides if "=" in o}
+    for theirs, ours in FILE_ALIASES:
+        if ours in given and theirs not in given and OmegaConf.select(cfg, theirs) is not None:
+            OmegaConf.update(cfg, theirs, None, force_add=True)
 
 
 def _replace_whole_from_file(cfg: DictConfig, path: Path) -> None:

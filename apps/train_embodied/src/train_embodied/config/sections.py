@@ -44,8 +44,7 @@ SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard"
 #: Reference-framework names that no vla_algos registry holds, each with why it is refused (while unregistered).
 UNSUPPORTED_LOSS_AGG_MODES = {
     "seq-mean-token-sum": (
-        "the loss is a weighted mean (token-mean or seq-mean-token-mean); the reference framework's embodied actor "
-        "does not read its loss_agg_func either"
+        "the loss is a weighted mean; the reference framework's embodied actor does not read its loss_agg_func either"
     ),
 }
 
@@ -62,10 +61,10 @@ def registered(
 ) -> list[str]:
     """`one_of` the names registered now in a vla_algos `registry` (in registration order); an unregistered name of
     `unsupported` is refused with its reason."""
-    if value in registry:
+    if isinstance(value, str) and value in registry:
         return []
-    if unsupported and value in unsupported:
-        return [f"{key}={value!r} is not supported: {unsupported[value]}"]
+    if unsupported and isinstance(value, str) and value in unsupported:
+        return [f"{key}={value!r} is not supported: {unsupported[value]} (registered: {', '.join(registry)})"]
     return one_of(key, value, tuple(registry))
 
 
@@ -78,7 +77,7 @@ def lookup(get: Any, name: Any) -> Any:
 
 
 def with_property(registry: dict[str, Any], prop: str) -> str:
-    """The registered names whose entry has `prop` set, for messages: `actor_critic`."""
+    """The registered names whose entry has `prop` set (e.g. `uses_critic`: `actor_critic`), for messages."""
     return ", ".join(name for name, entry in registry.items() if getattr(entry, prop)) or "(none registered)"
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -285,25 +284,32 @@ def test_cfg_and_validate_flags(capsys, tmp_path) -> None:
 
 
 def test_config_error_is_fast_and_builds_nothing() -> None:
-    """In a fresh interpreter, a bad value is reported before any simulator or model module is imported."""
+    """In a fresh interpreter, a bad value is reported before any simulator, model, transformers or Ray module is
+    imported: what makes the error fast is what it does not load (its time depends on the machine's load, so the
+    seconds are printed, not bounded)."""
+    heavy = (
+        "mujoco",
+        "metaworld",
+        "mani_skill",
+        "sapien",
+        "transformers",
+        "ray",
+        "vla_models.openvla_oft.modeling_openvla_oft",
+    )
     code = (
         "import sys, time; t = time.time()\n"
         "from train_embodied.cli import train_main\n"
         "try:\n    train_main(['metaworld_ppo_tiny_cpu', 'algorithm.adv_type=gea'])\n"
         "except SystemExit as e:\n    code = e.code\n"
         "import json; print(json.dumps({'code': code, 'seconds': time.time() - t, "
-        "'mujoco': 'mujoco' in sys.modules, 'metaworld': 'metaworld' in sys.modules, "
-        "'model': 'vla_models.openvla_oft.modeling_openvla_oft' in sys.modules}))\n"
+        f"'loaded': [m for m in {heavy!r} if m in sys.modules]}}))\n"
     )
-    t0 = time.time()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     report = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"config error reported after {report['seconds']:.1f} s")
     assert report["code"] == 2
     assert "algorithm.adv_type='gea' is not one of: gae, grpo" in out.stderr
-    assert not report["mujoco"] and not report["metaworld"] and not report["model"]
-    # about a second on an idle machine; generous bound for a loaded CI box
-    assert report["seconds"] < 15, report
-    assert time.time() - t0 < 60
+    assert report["loaded"] == [], report
 
 
 def test_config_error_class_carries_all_lines() -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-PACK_VERSION = 2
+PACK_VERSION = 3
 NUM_CARROTS, NUM_PLATES, NUM_OVERLAYS = 25, 17, 21
 OVERLAY_HW = (480, 640)
 
@@ -134,6 +134,12 @@ _COLOURS = {
 }
 
 
+# The WidowX fingers close to a 2.8 cm gap (finger joints at their 0.014 m lower target) and squeeze with a force
+# that grows with how far short of that target they stop (gripper stiffness 1000 N/m): objects 3.6-4.8 cm wide
+# are held with 4-10 N and stay in the hand while it carries them; narrower ones slip out.
+OBJECT_WIDTH_RANGE = (0.036, 0.048)
+
+
 def carrot_specs() -> list[dict]:
     """25 graspable objects: id, instruction name, shape, length, width, colour (deterministic)."""
     colours = [c for c in _COLOURS if c not in ("white",)]
@@ -143,11 +149,12 @@ def carrot_specs() -> list[dict]:
             "name": "carrot",
             "shape": "prism",
             "length": 0.11,
-            "width": 0.028,
+            "width": 0.04,
             "colour": "orange",
         }
     ]
     names = {"carrot"}
+    lo_w, hi_w = OBJECT_WIDTH_RANGE
     for i in range(1, NUM_CARROTS):
         colour = colours[(i * 5) % len(colours)]
         shape = "bar" if i % 2 else "prism"
@@ -160,7 +167,7 @@ def carrot_specs() -> list[dict]:
                 "name": name,
                 "shape": shape,
                 "length": round(0.075 + 0.045 * ((i * 7) % 10) / 9, 4),
-                "width": round(0.022 + 0.012 * ((i * 3) % 5) / 4, 4),
+                "width": round(lo_w + (hi_w - lo_w) * ((i * 3) % 5) / 4, 4),
                 "colour": colour,
             }
         )

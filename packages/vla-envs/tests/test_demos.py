@@ -82,5 +82,9 @@ def test_demo_settings_follow_the_env_config() -> None:
         48, "gripperPOV", 2, 30,
     )  # fmt: skip
     assert s["camera"] == "corner2" and s["hide_far_meshes"] and (s["episodes_per_task"], s["seed"]) == (3, 7)
-    with pytest.raises(ValueError, match=r"env_type \['metaworld'\] only, got env_type='maniskill'"):
+    assert s["env_type"] == "metaworld"
+    with pytest.raises(ValueError, match=r"one PutOnPlateInScene25 task.*got task='PickCube-v1'"):
         demo_settings(EnvConfig(env_type="maniskill", task="PickCube-v1"), episodes_per_task=1)
+    with pytest.raises(ValueError, match=r"env_type \[.*'maniskill'.*\] only, got env_type='libero'") as info:
+        demo_settings(EnvConfig(env_type="libero", task_set="libero_10"), episodes_per_task=1)
+    assert "'metaworld'" in str(info.value)

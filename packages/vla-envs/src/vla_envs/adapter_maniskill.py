@@ -1,5 +1,6 @@
 """The ManiSkill3 adapter record (`env_type="maniskill"`): CPU and GPU backends, the PutOnPlateInScene25 tasks
-grouped as the guides' table, motion-planner demos from the command line. Imports nothing of ManiSkill."""
+grouped as the guides' table, motion-planner demos from the command line and the PutOnPlateInScene25 expert's demos
+from an env config. Imports nothing of ManiSkill."""
 
 from __future__ import annotations
 
@@ -47,7 +48,10 @@ MANISKILL = register_adapter(
         check_config="vla_envs.maniskill.options:resolve_options",
         task_grouping=put_on_plate_grouping,
         demos=ScriptedDemos(
-            generate="vla_envs.maniskill:generate_maniskill_demos", from_cli=demo_settings_from_cli
+            generate="vla_envs.maniskill:generate_scripted_demos",
+            # only the PutOnPlateInScene25 tasks' expert follows an EnvConfig (the warm start of vla-sft)
+            settings="vla_envs.maniskill.put_on_plate_demos:put_on_plate_demo_settings",
+            from_cli=demo_settings_from_cli,
         ),
     )
 )

@@ -120,14 +120,19 @@ class PutOnPlateSim:
 
     def reset(self, reset_state_id: int) -> ObsRow:
         """Start the episode whose task episode_id belongs to this id's trial."""
-        import torch
-
         trial = int(reset_state_id) % self.cfg.num_trials_per_task
         episode = put_on_plate.episode_ids(
             np.array([trial]), self.cfg.num_trials_per_task, self.total_num_trials
         )
+        return self.reset_episode(int(episode[0]), reset_state_id)
+
+    def reset_episode(self, episode_id: int, reset_state_id: int) -> ObsRow:
+        """Start the task's episode `episode_id`, seeded by `reset_seed(cfg.seed, reset_state_id)`."""
+        import torch
+
         raw_obs, _ = self.base.reset(
-            seed=reset_seed(self.cfg.seed, reset_state_id), options={"episode_id": torch.as_tensor(episode)}
+            seed=reset_seed(self.cfg.seed, reset_state_id),
+            options={"episode_id": torch.as_tensor([int(episode_id)])},
         )
         self.instruction = str(self.base.get_language_instruction()[0])
         self._prev_reward = 0.0

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
-from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, _write, stack_steps
+from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, stack_steps, write_demos
 from vla_envs.maniskill import put_on_plate
 
 
@@ -207,4 +207,4 @@ def generate_put_on_plate_demos(
                 results[i] = future.result()
                 bar.update(len(jobs[i][2]))
     bar.close()
-    return _write(out, cfg, [r for r in results if r is not None])
+    return write_demos(out, cfg, [r for r in results if r is not None])

@@ -31,17 +31,18 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from vla_models.dtypes import DTYPES, default_dtype
 from vla_models.families import family_for_checkpoint, family_names, get_family
 from vla_models.lora import (
+    deferred_merged_state_dict,
     is_language_model_target,
     load_adapter_weights,
     merge_adapter_into,
-    merged_state_dict,
     read_lora_adapter,
 )
+from vla_models.meta_init import assign_state_dict, weights_from_checkpoint, zero_fill_meta
 from vla_models.prismatic.checkpoint_keys import (
     film_state_dict,
     from_openvla_names,
@@ -58,10 +59,10 @@ from vla_models.prismatic.configuration_prismatic import (
     PrismaticConfig,
     VisionTowerConfig,
 )
+from vla_models.safetensors_writer import INDEX_NAME, write_weights
 
 logger = logging.getLogger(__name__)
 
-INDEX_NAME = "model.safetensors.index.json"
 MODEL_MANIFEST = "manifest.json"
 _MANIFEST_FORMAT = 1
 _HASH_CHUNK = 8 << 20
@@ -127,28 +128,11 @@ def save_policy(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 102
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     cfg = policy.config
-    sd = merged_state_dict(policy)
+    # LoRA (on the language model, whose names are kept) is exported merged, each merged weight computed as it is
+    # written; the towers' renaming concatenates their q/k/v (a copy of those alone)
+    sd = deferred_merged_state_dict(policy)
     sd = to_openvla_names({k.removeprefix("backbone."): v for k, v in sd.items()}, cfg.backbone.vision_towers)
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for k in sorted(sd):
-        t = sd[k].detach().contiguous().cpu()
-        nbytes = t.numel() * t.element_size()
-        if shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][k] = t
-        size += nbytes
-    n = len(shards)
-    weight_map: dict[str, str] = {}
-    for i, shard in enumerate(shards, start=1):
-        name = f"model-{i:05d}-of-{n:05d}.safetensors"
-        save_file(shard, str(out / name), metadata={"format": "pt"})
-        weight_map.update(dict.fromkeys(shard, name))
-    total = sum(t.numel() * t.element_size() for t in sd.values())
-    (out / INDEX_NAME).write_text(
-        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
-    )
+    write_weights(out, sd, max_shard_bytes=max_shard_bytes)
     d = _prismatic_fields(cfg)
     vla = cfg.to_dict()
     vla["is_lora"] = False  # weights are merged; pass is_lora=True to load_policy to add fresh adapters
@@ -251,9 +235,17 @@ def check_tensor(file: Path, name: str, tensor: torch.Tensor, declared: torch.dt
             f"{file}: tensor {name} has dtype {str(tensor.dtype).removeprefix('torch.')}, config.json declares "
             f"{str(declared).removeprefix('torch.')}"
         )
-    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+    if tensor.is_floating_point() and not _all_finite(tensor):
         bad = int((~torch.isfinite(tensor)).sum())
         raise ValueError(f"{file}: tensor {name} holds {bad} non-finite value(s) (NaN or inf)")
+
+
+_FINITE_CHUNK = 1 << 22  # elements per isfinite() call: its bool mask stays small beside a large embedding
+
+
+def _all_finite(tensor: torch.Tensor) -> bool:
+    flat = tensor.reshape(-1)
+    return all(bool(torch.isfinite(part).all()) for part in flat.split(_FINITE_CHUNK))
 
 
 def read_json(path: Path) -> Any:
@@ -409,7 +401,9 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     sd: dict[str, torch.Tensor] = {}
     for f in files:
         try:
-            tensors = load_file(str(f))
+            # read into the process's own memory, not mapped from the file: the tensors become the model's
+            # weights (meta_init), which must not change or fault when the folder is later overwritten
+            tensors = load_file(str(f), backend="pread")
         except Exception as e:  # safetensors raises its own error types for a truncated/corrupt file
             raise ValueError(f"{f} is not a readable safetensors file: {' '.join(str(e).split())}") from None
         for name, tensor in tensors.items():
@@ -746,7 +740,9 @@ def load_prismatic(path: str | Path, **overrides: Any) -> Any:
     cd["model_path"] = str(p)
     cd["tokenizer"] = "checkpoint"
     cfg = cfg_cls.from_dict(cd)
-    with default_dtype(DTYPES[cfg.precision]):  # a 7B model is never materialised in fp32
+    # the backbone is built on meta (the folder holds its weights) and the folder's tensors become its weights
+    # (meta_init): one copy of the weights in memory, never an fp32 one
+    with default_dtype(DTYPES[cfg.precision]), weights_from_checkpoint():
         policy = policy_cls(cfg, load_tokenizer(p))
     if "film" in side:
         sd.update(film_state_dict(side.pop("film"), cfg.backbone.vision_towers))
@@ -754,6 +750,7 @@ def load_prismatic(path: str | Path, **overrides: Any) -> Any:
     for kind, tensors in side.items():
         sd.update({f"{kind}.{k}": v for k, v in tensors.items()})
     own = {(k if k.startswith(_OWN_PREFIXES) else "backbone." + k): v for k, v in sd.items()}
+    del sd  # `own` holds the only references: a tensor cast on assignment is freed at once
     saved_head = sorted(k for k in own if k.startswith(_VALUE_HEAD))
     if saved_head and policy.value_head is None:
         logger.info("%s: dropping the checkpoint's value head (add_value_head=False): %s", p, saved_head)
@@ -765,7 +762,7 @@ def load_prismatic(path: str | Path, **overrides: Any) -> Any:
         logger.info("%s: the L1 action head is not used (action_head='discrete')", p)
         own = {k: v for k, v in own.items() if not k.startswith("l1_head.")}
     _check_shapes(p, policy, own)
-    missing, unexpected = policy.load_state_dict(own, strict=False)
+    missing, unexpected = assign_state_dict(policy, own)
     if saved_head and any(k.startswith(_VALUE_HEAD) for k in missing):
         # optional as a whole (a fresh critic), never in part: keep the partial head's keys in the error
         optional = unused_tower_keys(cfg.backbone.vision_towers)
@@ -777,6 +774,11 @@ def load_prismatic(path: str | Path, **overrides: Any) -> Any:
     if missing or unexpected:
         raise ValueError(
             f"checkpoint {p} does not match the config: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
+    filled = zero_fill_meta(policy)  # tower parts the forward never reads (unused_tower_keys)
+    if filled:
+        logger.info(
+            "%s: weights the forward does not read, absent from the folder, set to zero: %s", p, filled[:5]
         )
     policy = policy.finalize()
     if kept_lora:

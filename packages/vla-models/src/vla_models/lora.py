@@ -15,6 +15,8 @@ from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file
 from torch import nn
 
+from vla_models.safetensors_writer import Deferred
+
 LM_LORA_TARGETS = r".*layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
 
 
@@ -44,13 +46,30 @@ def has_lora(module: nn.Module) -> bool:
 def merged_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
     """State dict with every LoRA delta added into its base weight and the adapter tensors removed.
 
-    The module itself is not modified (``W + scale * B @ A`` is computed per layer).
+    The module itself is not modified (``W + scale * B @ A`` is computed per layer). Every merged weight exists at
+    once: to write them, use :func:`deferred_merged_state_dict` (one at a time).
     """
-    sd = {k: v for k, v in module.state_dict().items() if "lora_" not in k}
+    sd = deferred_merged_state_dict(module)
+    return {k: v.compute() if isinstance(v, Deferred) else v for k, v in sd.items()}
+
+
+def deferred_merged_state_dict(module: nn.Module) -> dict[str, torch.Tensor | Deferred]:
+    """:func:`merged_state_dict` with each merged weight :class:`Deferred` (computed when written); the other
+    entries are the module's own tensors (no copy)."""
+    sd: dict[str, torch.Tensor | Deferred] = {
+        k: v for k, v in module.state_dict().items() if "lora_" not in k
+    }
     for name, m in module.named_modules():
         if isinstance(m, LoraLayer) and "default" in m.lora_A:
             key = f"{name}.base_layer.weight"
-            sd[key] = (sd[key] + m.get_delta_weight("default").to(sd[key].dtype)).detach()
+            base = sd[key]
+            assert isinstance(base, torch.Tensor)
+
+            def merged(m: LoraLayer = m, base: torch.Tensor = base) -> torch.Tensor:
+                with torch.no_grad():
+                    return base + m.get_delta_weight("default").to(base.dtype)
+
+            sd[key] = Deferred(tuple(base.shape), base.dtype, merged)
     return {k.replace(".base_layer.", "."): v for k, v in sd.items()}
 
 

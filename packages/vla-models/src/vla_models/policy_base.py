@@ -24,6 +24,7 @@ from vla_models.action_logprobs import action_logits, action_logprobs_and_entrop
 from vla_models.action_tokenizer import ActionTokenizer
 from vla_models.dtypes import DTYPES
 from vla_models.lora import apply_lora, merge_lora_
+from vla_models.meta_init import checkpoint_backed
 from vla_models.normalization import normalizer_for, select_unnorm_key
 from vla_models.policy_output import PolicyOutput
 from vla_models.prismatic.action_head import L1RegressionActionHead
@@ -119,11 +120,12 @@ class PrismaticVLAPolicy(nn.Module):
         self.config = config
         cfg = config
         self.tokenizer = tokenizer
-        self.backbone = PrismaticBackbone(
-            cfg.backbone,
-            use_film=getattr(cfg, "use_film", False),
-            attn_implementation=cfg.attn_implementation,
-        )
+        with checkpoint_backed():  # a loader fills every backbone weight: none is created first
+            self.backbone = PrismaticBackbone(
+                cfg.backbone,
+                use_film=getattr(cfg, "use_film", False),
+                attn_implementation=cfg.attn_implementation,
+            )
         h = cfg.backbone.text.hidden_size
         self.value_head = (
             ValueHead(h, hidden_sizes=cfg.value_head_hidden_sizes) if cfg.add_value_head else None

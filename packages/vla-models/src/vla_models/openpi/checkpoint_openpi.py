@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save_file
 
 from vla_models.checkpoint import INDEX_NAME, read_json, read_state_dict
 from vla_models.dtypes import default_dtype
-from vla_models.lora import has_lora, merged_state_dict
+from vla_models.lora import deferred_merged_state_dict, has_lora
+from vla_models.meta_init import assign_state_dict, meta_parameters, weights_from_checkpoint
 from vla_models.openpi.configuration_openpi import CONFIG_PRESETS, OpenPiConfig, PaliGemmaExpertSizes
 from vla_models.openpi.lerobot_folder import (
     is_lerobot_config,
@@ -40,6 +40,7 @@ from vla_models.openpi.lerobot_folder import (
     lerobot_tokenizer_name,
 )
 from vla_models.openpi.processing_openpi import read_norm_stats, write_norm_stats
+from vla_models.safetensors_writer import write_weights
 
 logger = logging.getLogger(__name__)
 
@@ -333,8 +334,7 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
         raise ValueError(f"model_type={model_type!r} contradicts the checkpoint at {p}, which holds 'openpi'")
     stats_path = overrides.pop("norm_stats_path", None)
     d = read_json(p / "config.json") if (p / "config.json").exists() else {}
-    raw = read_state_dict(p)
-    sd, layout, dropped = to_internal(raw)
+    sd, layout, dropped = to_internal(read_state_dict(p))
     if dropped:
         logger.info("%s (%s layout): unused tensors not loaded: %s", p, layout, dropped)
     recorded: dict[str, Any] = {}
@@ -409,8 +409,10 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
         )
     else:
         tokenizer = load_tokenizer(p if cfg.tokenizer == "checkpoint" else cfg.tokenizer)
-    with default_dtype(torch.float32):
-        policy = policy_class(cfg, tokenizer)
+    # PaliGemma and the expert are built on meta (the folder holds every weight of theirs), in the dtype layout of
+    # `precision`; the folder's tensors then become the weights (meta_init): one copy of them in memory
+    with default_dtype(torch.float32), weights_from_checkpoint():
+        policy = policy_class(cfg, tokenizer).apply_precision()
     own = policy.state_dict()
     for head in _OPTIONAL_HEADS:
         have = [k for k in sd if k.startswith(head)]
@@ -446,7 +448,10 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
             raise ValueError(
                 f"{p}: tensor {k} has shape {list(v.shape)}, the config needs {list(own[k].shape)}"
             )
-    policy.load_state_dict(sd, strict=True)
+    assign_state_dict(policy, sd)
+    unfilled = meta_parameters(policy)
+    if unfilled:  # the key check above makes this unreachable; a model holding meta tensors must never leave
+        raise ValueError(f"{p}: no tensor for {_short(unfilled)}")
     return policy.finalize()
 
 
@@ -463,29 +468,11 @@ def save_openpi(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 102
     cfg: OpenPiConfig = policy.config
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
-    state = merged_state_dict(policy) if has_lora(policy) else policy.state_dict()  # LoRA: exported merged
-    sd = to_openpi_names({k: v.detach().contiguous().cpu() for k, v in state.items()})
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for k in sorted(sd):
-        nbytes = sd[k].numel() * sd[k].element_size()
-        if shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][k] = sd[k]
-        size += nbytes
-    if len(shards) == 1:
-        save_file(shards[0], str(out / "model.safetensors"), metadata={"format": "pt"})
-    else:
-        weight_map: dict[str, str] = {}
-        for i, shard in enumerate(shards, start=1):
-            name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
-            save_file(shard, str(out / name), metadata={"format": "pt"})
-            weight_map.update(dict.fromkeys(shard, name))
-        total = sum(t.numel() * t.element_size() for t in sd.values())
-        (out / INDEX_NAME).write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map})
-        )
+    # LoRA is exported merged, each merged weight computed as it is written (one beside the model at a time)
+    state = deferred_merged_state_dict(policy) if has_lora(policy) else policy.state_dict()
+    write_weights(
+        out, to_openpi_names(state), max_shard_bytes=max_shard_bytes, single_file="model.safetensors"
+    )
     vla = cfg.to_dict()
     vla["family"] = "openpi"
     vla["is_lora"] = False  # weights are merged; pass is_lora=True to load_policy to add fresh adapters

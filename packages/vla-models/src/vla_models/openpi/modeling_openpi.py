@@ -39,6 +39,7 @@ from transformers.models.gemma.modeling_gemma import GemmaAttention, GemmaMLP, G
 from vla_models.cache_kwarg import cache_kwarg
 from vla_models.dtypes import DTYPES
 from vla_models.lora import apply_lora, merge_lora_
+from vla_models.meta_init import checkpoint_backed
 from vla_models.openpi.configuration_openpi import OpenPiConfig
 from vla_models.openpi.flow_logprob import (
     gaussian_entropy,
@@ -315,7 +316,8 @@ class OpenPiPolicy(nn.Module):
         self.config = cfg = config
         s = cfg.sizes
         w, d = s.expert_width, cfg.model_action_dim
-        self.paligemma_with_expert = PaliGemmaWithExpert(cfg)
+        with checkpoint_backed():  # a loader fills every PaliGemma and expert weight: none is created first
+            self.paligemma_with_expert = PaliGemmaWithExpert(cfg)
         self.action_in_proj = nn.Linear(d, w)
         self.action_out_proj = nn.Linear(w, d)
         if cfg.pi05:
@@ -361,9 +363,13 @@ class OpenPiPolicy(nn.Module):
         if cfg.train_expert_only:
             for p in self.vlm_parameters():
                 p.requires_grad_(False)
-        self.to(DTYPES[cfg.precision])
-        # openpi and the reference framework run PaliGemma and the expert in ``precision`` but keep their norms,
-        # the action / state / time projections and the value and noise heads in float32
+        return self.apply_precision()
+
+    def apply_precision(self) -> OpenPiPolicy:
+        """Cast to the dtype layout of ``precision``: openpi and the reference framework run PaliGemma and the
+        expert in ``precision`` but keep their norms, the action / state / time projections and the value and
+        noise heads in float32. A loader applies it before loading, so each tensor lands in its final dtype."""
+        self.to(DTYPES[self.config.precision])
         for name, module in self.named_modules():
             top = name.split(".")[0]
             if top in FLOAT32_MODULES or isinstance(module, (GemmaRMSNorm, AdaRMSNorm)):

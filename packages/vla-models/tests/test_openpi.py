@@ -491,3 +491,43 @@ def test_aloha_adapter_matches_openpi_reference_values_and_round_trips() -> None
     torch.testing.assert_close(
         policy.actions_from_model(model, fi["states"]), out.actions, atol=1e-5, rtol=1e-5
     )
+
+
+# ---- refused inputs -----------------------------------------------------------------------------------------
+def test_saved_folder_has_a_manifest_and_a_flipped_byte_is_refused_naming_the_file(tmp_path) -> None:
+    policy = _policy()
+    policy.save_pretrained(str(tmp_path))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert {"model.safetensors", "config.json"} <= set(manifest["files"])
+    load_policy(str(tmp_path))  # the untouched folder loads
+    weights = tmp_path / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit of one weight: still a readable file of finite values
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"model\.safetensors is altered: its sha256 differs") as err:
+        load_policy(str(tmp_path))
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (
+            {"states": torch.full((B, 4), float("nan"))},
+            r"obs\['states'\] holds NaN or inf \(rows \[0, 1, 2, 3, 4\]\)",
+        ),
+        ({"task_descriptions": ["open"] * (B - 1) + [7]}, r"row 5 is int \(7\)"),
+        ({"task_descriptions": []}, "obs has 0 rows"),
+    ],
+    ids=["nan-states", "non-string-task", "zero-rows"],
+)
+def test_bad_observation_is_refused_in_one_line(bad: dict, message: str) -> None:
+    policy = _policy()
+    obs = {**_obs(), **bad}
+    for call in (
+        lambda: policy.predict(obs, mode="greedy"),
+        lambda: policy.sft_loss(obs, torch.zeros(B, 5, 4)),
+    ):
+        with pytest.raises(ValueError, match=message) as err:
+            call()
+        assert "\n" not in str(err.value)

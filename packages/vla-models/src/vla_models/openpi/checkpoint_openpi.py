@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from vla_models.checkpoint import INDEX_NAME, read_json, read_state_dict
+from vla_models.checkpoint import INDEX_NAME, read_json, read_state_dict, write_model_manifest
 from vla_models.dtypes import default_dtype
 from vla_models.lora import deferred_merged_state_dict, has_lora
 from vla_models.meta_init import assign_state_dict, meta_parameters, weights_from_checkpoint
@@ -464,7 +464,8 @@ def _short(names: list[str], n: int = 8) -> str:
 
 def save_openpi(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 1024**3) -> None:
     """Write ``policy`` in the openpi layout: weights (sharded past ``max_shard_bytes`` with an index), openpi's
-    config fields plus a ``"vla_models"`` block, ``assets/<asset_id>/norm_stats.json`` and the tokenizer."""
+    config fields plus a ``"vla_models"`` block, ``assets/<asset_id>/norm_stats.json``, the tokenizer and
+    ``manifest.json`` (every file's size and sha256, checked when the folder is loaded)."""
     cfg: OpenPiConfig = policy.config
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -494,3 +495,4 @@ def save_openpi(policy: Any, path: str | Path, *, max_shard_bytes: int = 4 * 102
     (out / "config.json").write_text(json.dumps(d, indent=2))
     if cfg.norm_stats:
         write_norm_stats(out / "assets" / (cfg.asset_id or "default") / "norm_stats.json", cfg.norm_stats)
+    write_model_manifest(out)  # last: every file's size and sha256, verified by read_state_dict on loading

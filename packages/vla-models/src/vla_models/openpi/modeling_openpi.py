@@ -40,6 +40,7 @@ from vla_models.cache_kwarg import cache_kwarg
 from vla_models.dtypes import DTYPES
 from vla_models.lora import apply_lora, merge_lora_
 from vla_models.meta_init import checkpoint_backed
+from vla_models.observations import check_observation
 from vla_models.openpi.configuration_openpi import OpenPiConfig
 from vla_models.openpi.flow_logprob import (
     gaussian_entropy,
@@ -409,7 +410,9 @@ class OpenPiPolicy(nn.Module):
 
     # ---- inputs -------------------------------------------------------------------------------------------
     def prepare_inputs(self, obs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-        """Observation dict -> ``images``, ``image_mask``, ``input_ids``, ``text_mask``, ``states`` on the device."""
+        """Observation dict -> ``images``, ``image_mask``, ``input_ids``, ``text_mask``, ``states`` on the device,
+        after ``vla_models.observations.check_observation`` (strings, finite values, at least one row)."""
+        check_observation(obs)
         cfg = self.config
         images, image_mask = stack_cameras(obs, cfg.num_images_in_input, cfg.sizes.image_size)
         b = images.shape[0]

@@ -23,7 +23,7 @@ Each family runs in its own subprocess (so its peak resident memory is its own: 
 
 It prints, per family, the time of each phase, the peak resident memory of each phase and of the whole process,
 and an analytic bound: the process before building (interpreter and libraries) + parameters and buffers + 3x the
-trainable parameters (gradients and AdamW's two moments) + activations (the checkpointed blocks' saved inputs
+parameters the RL optimizer trains (``vla_models.rl_parameters``: gradients and AdamW's two moments) + activations (the checkpointed blocks' saved inputs
 and a KV cache, measured from the shapes the blocks see, + one block recomputed in float32 + its attention
 scores). The ratio peak / bound must be <= 1.2. It exits non-zero on any failure: a shape or dtype that is not
 the contract's, non-finite outputs, an update that moves no trainable weight or moves a frozen one, a reloaded
@@ -283,7 +283,7 @@ def run_child(args: argparse.Namespace) -> int:
         from train_embodied.policy_io import build_optimizer
         from train_embodied.update import UpdateSettings, ppo_update
         from vla_infra import enable_gradient_checkpointing
-        from vla_models import build_policy, get_family, load_policy
+        from vla_models import build_policy, get_family, load_policy, rl_parameters
 
         cfg, run = family_config(name, args.layers, args.film)
         dev = torch.device(args.device)
@@ -304,7 +304,7 @@ def run_child(args: argparse.Namespace) -> int:
         )
         params = list(policy.parameters())
         weights = tensor_bytes(params) + tensor_bytes(policy.buffers())
-        trainable = [p for p in params if p.requires_grad]
+        trainable = [p for _, p in rl_parameters(policy)]  # what build_optimizer gives AdamW
         bf16_share = tensor_bytes(p for p in params if p.dtype == torch.bfloat16) / tensor_bytes(params)
         check(bf16_share >= 0.95, f"{name}: only {bf16_share:.1%} of the parameter bytes are bf16")
         lora = [p for n, p in policy.named_parameters() if "lora_" in n]

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 
 from train_embodied.config.sections import ModelSection, OptimSection
+from vla_models import rl_parameters
 
 
 def model_config(section: ModelSection, env_spec: dict[str, Any] | None = None) -> Any:
@@ -134,11 +135,11 @@ def select_proprio(obs: dict[str, Any], section: ModelSection) -> dict[str, Any]
 
 
 def build_optimizer(policy: torch.nn.Module, optim: OptimSection) -> torch.optim.Optimizer:
-    """AdamW with `lr` for the policy and `value_lr` for the value head's parameters."""
+    """AdamW with `lr` for the policy and `value_lr` for the value head's parameters: those the RL loss trains
+    (`vla_models.rl_parameters`: requiring grad, not a head only SFT trains), so no state for any other."""
     value, rest = [], []
-    for name, param in policy.named_parameters():
-        if param.requires_grad:
-            (value if "value_head" in name else rest).append(param)
+    for name, param in rl_parameters(policy):
+        (value if "value_head" in name else rest).append(param)
     groups = [{"params": rest, "lr": optim.lr, "name": "policy"}]
     if value:
         groups.append({"params": value, "lr": optim.value_lr, "name": "value_head"})

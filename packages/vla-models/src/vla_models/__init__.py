@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from vla_models.policy_base import PROMPT_KEYS, concat_forward_inputs, pad_prompts
     from vla_models.policy_output import PolicyOutput
     from vla_models.prismatic import LanguageModelConfig, PrismaticConfig, VisionTowerConfig
+    from vla_models.rl_parameters import rl_parameters
     from vla_models.tokenizer import build_tiny_tokenizer, load_tokenizer
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "prismatic_family",
     "register_family",
     "registered_families",
+    "rl_parameters",
     "stats_from_bounds",
     "unregister_family",
 ]
@@ -98,6 +100,7 @@ __getattr__, __dir__ = lazy_exports(
         "LanguageModelConfig": "vla_models.prismatic.configuration_prismatic",
         "PrismaticConfig": "vla_models.prismatic.configuration_prismatic",
         "VisionTowerConfig": "vla_models.prismatic.configuration_prismatic",
+        "rl_parameters": "vla_models.rl_parameters",
         "build_tiny_tokenizer": "vla_models.tokenizer",
         "load_tokenizer": "vla_models.tokenizer",
     },

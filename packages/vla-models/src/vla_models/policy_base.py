@@ -113,6 +113,9 @@ class PrismaticVLAPolicy(nn.Module):
     stop_token_id: int = 2
     # OpenVLA-OFT adds 1e-8 to the normalisation range; OpenVLA does not
     normalization_eps: float = 0.0
+    # what the RL objective never reaches (``vla_models.rl_parameters``): the L1 regression head regresses
+    # greedy actions and trains under ``sft_loss`` only; RL scores the action tokens
+    rl_untrained_prefixes: tuple[str, ...] = ("l1_head.",)
 
     def __init__(self, config: Any, tokenizer: Any) -> None:
         """``config``: an ``OpenVLAConfig`` (or a subclass: the family's own config)."""

@@ -312,6 +312,9 @@ class OpenPiPolicy(nn.Module):
     float32 ``[B]`` (as sampled, so annealing and temperature are recomputed exactly).
     """
 
+    # what the RL objective never reaches (``vla_models.rl_parameters``): every trainable part is in its loss
+    rl_untrained_prefixes: tuple[str, ...] = ()
+
     def __init__(self, config: OpenPiConfig, tokenizer: Any) -> None:
         super().__init__()
         self.config = cfg = config

@@ -447,6 +447,7 @@ def test_pi05_checkpoint_with_plain_expert_norms_is_refused(tmp_path) -> None:
     tensors["time_mlp_in.weight"] = torch.zeros(64, 64)
     save_file(tensors, str(folder / "model.safetensors"))
     (folder / "config.json").write_text(json.dumps(d))
+    (folder / "manifest.json").unlink()  # a folder of other origin: no manifest of ours
     with pytest.raises(ValueError, match=r"input_layernorm\.weight.*adaptive expert norms"):
         load_policy(str(folder))
 

@@ -17,5 +17,10 @@ export VLA_REQUIRE_ALL="${VLA_REQUIRE_ALL:-1}"
 # VLA_LONG_TESTS=1, which keeps the default run (CI's) under 25 minutes; a `-m` of your own replaces this selection.
 select=(-m "not long")
 [[ "${VLA_LONG_TESTS:-0}" == 1 ]] && select=()
+# Two pytest workers (pytest-xdist), a test file each at a time: most tests wait on simulator, Ray or torch.distributed
+# processes, so two files overlap well on 2 cores; a file's module fixtures (Ray clusters, simulators) stay in one
+# worker. VLA_TEST_WORKERS=0 runs in one process.
+workers=(-n "${VLA_TEST_WORKERS:-2}" --dist loadfile)
+[[ "${VLA_TEST_WORKERS:-2}" == 0 ]] && workers=()
 # --durations: the slowest tests of each run are printed, to see where the suite's time goes
-exec "$VENV/bin/python" -m pytest -q --timeout=300 --durations=25 "${select[@]}" "$@"
+exec "$VENV/bin/python" -m pytest -q --timeout=300 --durations=25 "${workers[@]}" "${select[@]}" "$@"

@@ -47,6 +47,7 @@ from train_embodied.trajectories import (
     assemble_rollout,
     combine_rank_stats,
 )
+from train_embodied.unsharded import apply_fsdp_settings
 from train_embodied.update import UpdateSettings, ppo_update
 from vla_algos import explained_variance
 from vla_envs import EnvConfig, empty_episode_metrics, make_env, task_grouping
@@ -399,7 +400,8 @@ class ActorWorker(Worker):
         seed: Seed of the minibatch shuffling generator.
         fsdp: The `actor.fsdp_config` section. With more than one rank (one process each, Ray backend) every
             rank joins the group's process group and the policy is sharded with FSDP2; one rank trains a plain
-            module whatever `fsdp.strategy` says.
+            module whatever `fsdp.strategy` says, with its other settings applied to it
+            (`train_embodied.unsharded`: gradient checkpointing, mixed precision as autocast).
         enable_offload: `actor.enable_offload`: between calls the policy's parameters, gradients and the
             optimizer state live in host memory; each method that needs them moves them back first.
 
@@ -436,6 +438,10 @@ class ActorWorker(Worker):
                     shard_policy(
                         module, fsdp or FSDPSection(strategy="fsdp2", sharding_strategy="full_shard")
                     )
+        elif fsdp is not None:  # one process: each fsdp_config setting applied to the plain module
+            apply_fsdp_settings(self.policy, fsdp)
+            if self.reference is not None:
+                apply_fsdp_settings(self.reference, fsdp, trained=False)
         self.policy.eval()
         self.optimizer = build_optimizer(self.policy, optim)
         self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)

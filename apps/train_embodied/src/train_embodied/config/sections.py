@@ -39,6 +39,8 @@ PER_TASK_ADVANTAGES = GROUP_MODES
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
+#: `actor.fsdp_config.mixed_precision` keys (the reference's FSDP MixedPrecision fields)
+MIXED_PRECISION_KEYS = ("param_dtype", "reduce_dtype", "buffer_dtype")
 
 
 #: Reference-framework names that no vla_algos registry holds, each with why it is refused (while unregistered).
@@ -422,7 +424,9 @@ class OptimSection:
 
 @dataclass
 class FSDPSection:
-    """`actor.fsdp_config`: FSDP2 sharding of an actor placed on several processes (unused with one process)."""
+    """`actor.fsdp_config`: FSDP2 sharding of an actor placed on several processes. With one process the policy
+    is not sharded (`strategy` and `sharding_strategy` have nothing to shard) and the other settings apply to the
+    plain module (`train_embodied.unsharded`)."""
 
     strategy: str = "none"
     sharding_strategy: str = "no_shard"
@@ -434,7 +438,17 @@ class FSDPSection:
         errors = one_of(f"{prefix}.strategy", self.strategy, FSDP_STRATEGIES)
         errors += one_of(f"{prefix}.sharding_strategy", self.sharding_strategy, SHARDING_STRATEGIES)
         for key, value in self.mixed_precision.items():
-            errors += one_of(f"{prefix}.mixed_precision.{key}", value, PRECISIONS)
+            if key not in MIXED_PRECISION_KEYS:
+                errors.append(
+                    f"{prefix}.mixed_precision.{key} is not a known key: allowed {', '.join(MIXED_PRECISION_KEYS)}"
+                )
+            elif key == "buffer_dtype" and value not in (None, "fp32"):
+                errors.append(
+                    f"{prefix}.mixed_precision.buffer_dtype={value!r} is not supported: FSDP2 (and autocast on one "
+                    "process) does not cast buffers; allowed: fp32 or null"
+                )
+            elif value is not None:
+                errors += one_of(f"{prefix}.mixed_precision.{key}", value, PRECISIONS)
         return errors
 
 

@@ -121,13 +121,19 @@ def run_eval(
     Besides the means (`eval/success_once`, ...) it logs the reference table's per-group and per-task success
     (`eval/<group>/success_once`, `eval/task/<task>/success_once`); the tables themselves go to `tables[mode]`
     (`vla_envs.evaluation.evaluation_table` results) when given."""
-    ids = held_out_reset_ids(
-        tc.eval_run.num_episodes,
-        num_tasks=w.env_spec["num_tasks"],
-        trials_per_task=tc.env_eval.num_trials_per_task,
-        trial_offset=tc.eval_run.trial_offset,
+    # env.eval.rollout_epoch: the held-out episodes that many times over (the same starts; new sampling noise)
+    ids = np.tile(
+        held_out_reset_ids(
+            tc.eval_run.num_episodes,
+            num_tasks=w.env_spec["num_tasks"],
+            trials_per_task=tc.env_eval.num_trials_per_task,
+            trial_offset=tc.eval_run.trial_offset,
+        ),
+        tc.eval_run.eval_repeats,
     )
-    modes = ["sample" if tc.rollout.eval_do_sample else "greedy"]
+    # rollout.do_sample=false (the reference's key, allowed in an evaluation-only run) means greedy decisions
+    sample = tc.rollout.eval_do_sample and tc.rollout.do_sample
+    modes = ["sample" if sample else "greedy"]
     if tc.runner.eval_greedy and modes[0] != "greedy":
         modes.append("greedy")
     out: dict[str, float] = {}
@@ -139,7 +145,7 @@ def run_eval(
             w.env_eval,
             w.rollout,
             num_envs=tc.env_eval.num_envs,
-            num_episodes=tc.eval_run.num_episodes,
+            num_episodes=len(ids),
             reset_ids=ids,
             max_decisions=tc.env_eval.max_episode_steps,
             mode=mode,

@@ -303,6 +303,12 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             )
         # (EnvConfig itself refuses a missing or unregistered env_type)
         errors += _check_task(env, name) or _check_adapter_settings(env, name)
+    if not tc.rollout.do_sample and not tc.runner.only_eval:
+        errors.append(
+            f"rollout.do_sample={tc.rollout.do_sample!r} is not supported in a training run: training rollouts sample "
+            "(the PPO/GRPO ratio needs the sampling distribution); greedy decisions are for evaluation "
+            "(runner.only_eval=true with rollout.do_sample=false, or rollout.eval_do_sample=false, runner.eval_greedy)"
+        )
     errors += _wrist_camera_contradictions(tc)
     errors += _check_placement(tc.cluster)
     errors += _check_actor_sharding(tc)

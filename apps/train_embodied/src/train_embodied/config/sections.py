@@ -364,7 +364,12 @@ class AlgorithmSection:
 
 @dataclass
 class RolloutSection:
-    """`rollout`: sampling parameters of the rollout policy, pipelining and offload."""
+    """`rollout`: sampling parameters of the rollout policy, pipelining and offload.
+
+    `do_sample` false (the reference's key): greedy decisions. Training rollouts must sample (the PPO/GRPO ratio
+    needs the sampling distribution), so it is refused unless `runner.only_eval`, where it makes the evaluation
+    greedy, as `eval_do_sample` false does in any run.
+    """
 
     do_sample: bool = True
     temperature: float = 1.0
@@ -378,12 +383,6 @@ class RolloutSection:
         if self.temperature <= 0:
             errors.append(f"{prefix}.temperature={self.temperature!r} is invalid: must be > 0")
         errors += at_least(f"{prefix}.pipeline_stage_num", self.pipeline_stage_num, 1)
-        if not self.do_sample:  # a reference-config key: PPO/GRPO learn from sampled actions
-            errors.append(
-                f"{prefix}.do_sample={self.do_sample!r} is not supported: training rollouts sample (the PPO/GRPO "
-                f"ratio needs the sampling distribution); greedy decoding is for evaluation ({prefix}.eval_do_sample, "
-                "runner.eval_greedy)"
-            )
         return errors
 
 
@@ -577,20 +576,35 @@ class SFTSection:
 
 
 #: Keys of `env.train` / `env.eval` that belong to the app, not to vla_envs.EnvConfig.
-ENV_APP_KEYS = ("max_steps_per_rollout_epoch", "num_episodes", "trial_offset")
+ENV_APP_KEYS = ("max_steps_per_rollout_epoch", "num_episodes", "trial_offset", "rollout_epoch")
 
 
 @dataclass
 class EnvRunSection:
-    """App-side keys of `env.train` / `env.eval` (the rest of the section is a vla_envs.EnvConfig)."""
+    """App-side keys of `env.train` / `env.eval` (the rest of the section is a vla_envs.EnvConfig).
+
+    `rollout_epoch` (env.eval): how many times an evaluation runs its `num_episodes` held-out episodes (the same
+    starts each time; sampled decisions draw new noise), as the reference's eval rollout epochs; every run counts
+    in the means and tables; unset: once. `env.train.rollout_epoch` is the reference's spelling of
+    `algorithm.rollout_epoch` (moved there by `config.aliases`; unset: algorithm.rollout_epoch applies).
+    """
 
     max_steps_per_rollout_epoch: int = 64
     num_episodes: int = 50
     trial_offset: int = 0
+    rollout_epoch: int | None = None
+
+    @property
+    def eval_repeats(self) -> int:
+        """Times an evaluation runs its episodes (`rollout_epoch`; unset: once)."""
+        return self.rollout_epoch or 1
 
     def check(self, prefix: str) -> list[str]:
-        return (
+        errors = (
             at_least(f"{prefix}.max_steps_per_rollout_epoch", self.max_steps_per_rollout_epoch, 1)
             + at_least(f"{prefix}.num_episodes", self.num_episodes, 1)
             + at_least(f"{prefix}.trial_offset", self.trial_offset, 0)
         )
+        if self.rollout_epoch is not None:
+            errors += at_least(f"{prefix}.rollout_epoch", self.rollout_epoch, 1)
+        return errors

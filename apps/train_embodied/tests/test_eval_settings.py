@@ -51,13 +51,15 @@ def test_evaluation_before_training_is_opt_in() -> None:
 @pytest.mark.slow
 def test_eval_only_run_repeats_its_episodes_greedily(tmp_path: Path) -> None:
     """`vla-eval`'s run on real MetaWorld with the tiny policy: 2 held-out episodes x rollout_epoch 2, greedy
-    (do_sample false) only, and no training."""
+    (do_sample false) only, and no training; env row 0 runs one episode of each repeat."""
     overrides = [
         *TINY,
         "runner.only_eval=true",
         "rollout.do_sample=false",
         "runner.eval_greedy=false",
         "env.eval.rollout_epoch=2",
+        "env.eval.video_cfg.save_video=true",
+        "env.eval.video_cfg.max_envs=1",
     ]
     summary = run_train(CONFIG, overrides, tmp_path / "run")
     rows = read_metrics(tmp_path / "run")
@@ -68,3 +70,33 @@ def test_eval_only_run_repeats_its_episodes_greedily(tmp_path: Path) -> None:
     assert "eval/success_once" not in row  # no sampled evaluation
     assert not any("train/actor/policy_loss" in r for r in rows)
     assert "success_eval_greedy" in summary and "success_eval" not in summary
+    # the evaluation's videos name the env rank and the iteration (0: no training), one per episode of row 0
+    videos = sorted(p.name for p in (tmp_path / "run" / "video" / "eval").glob("*.mp4"))
+    assert videos == ["eval_rank0_iter0_env0_ep0.mp4", "eval_rank0_iter0_env0_ep1.mp4"], videos
+
+
+def test_guides_video_dir_interpolation_lands_in_the_run_folder(tmp_path: Path) -> None:
+    """`video_base_dir: ${runner.logger.log_path}/video/eval`, as the guides write it, is the run folder's
+    video/eval (the reference's launcher gives every run its own log_path); other folders stay as written."""
+    run = tmp_path / "runs" / "x" / "stamp"
+    tc = load_train_config(
+        CONFIG,
+        [
+            f"runner.logger.log_path={tmp_path / 'runs'}",
+            f"runner.logger.log_dir={run}",
+            "env.eval.video_cfg.video_base_dir=${runner.logger.log_path}/video/eval",
+            "video_cfg.video_base_dir=${runner.logger.log_path}/video/train",
+        ],
+        check_paths=False,
+    )
+    assert tc.env_eval.video.video_base_dir == f"{run}/video/eval"
+    assert tc.env_train.video.video_base_dir == f"{run}/video/train"
+    tc = load_train_config(
+        CONFIG,
+        [f"runner.logger.log_dir={run}", f"env.eval.video_cfg.video_base_dir={tmp_path}/v"],
+        check_paths=False,
+    )
+    assert tc.env_eval.video.video_base_dir == f"{tmp_path}/v"
+    # a shipped config written with the guides' spelling
+    tc = load_train_config("libero_10_grpo_openvlaoft", [f"runner.logger.log_dir={run}"], check_paths=False)
+    assert tc.env_eval.video.video_base_dir == f"{run}/video/eval"

@@ -78,8 +78,10 @@ class EnvWorker(Worker):
 
     def __init__(self, env_cfg: EnvConfig) -> None:
         rows = env_cfg.num_envs // self.world_size
-        # video files `<split>_rank<r>_env<row>_ep<n>.mp4`: rows are this rank's, so the rank keeps names apart
-        tag = f"{env_cfg.extra.get('video_tag', 'train')}_rank{self.rank}"
+        # video files `<split>_rank<r>_iter<i>_env<row>_ep<n>.mp4`: rows are this rank's, so the rank keeps names
+        # apart; the runner sets the iteration (`set_iteration`)
+        self._video_tag = f"{env_cfg.extra.get('video_tag', 'train')}_rank{self.rank}"
+        tag = f"{self._video_tag}_iter0"
         cfg = env_cfg.replace(
             num_envs=rows,
             first_row=env_cfg.first_row + self.rank * rows,
@@ -106,6 +108,12 @@ class EnvWorker(Worker):
             "tasks": tasks,
             "task_grouping": task_grouping(self.env_cfg.env_type, tasks).as_dict(),
         }
+
+    @register("one_to_all", collect="none", replay=True)
+    def set_iteration(self, iteration: int) -> None:
+        """The training iteration the next episodes belong to: it names their video files."""
+        if hasattr(self.env, "set_video_tag"):
+            self.env.set_video_tag(f"{self._video_tag}_iter{int(iteration)}")
 
     @register("split", replay=True)
     def reset(self, reset_state_ids: np.ndarray | None = None, seed: int | None = None) -> dict[str, Any]:

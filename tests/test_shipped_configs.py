@@ -212,3 +212,82 @@ def test_shipped_config_trains_one_iteration_on_cpu(name: str, tmp_path: Path) -
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["algorithm"]["adv_type"] == tc.algorithm.adv_type
     assert "eval/success_once" in rows[-1] or "eval/success_once" in summary.get("history", [{}])[-1]
+
+
+# Configs whose evaluation shares starts with training on purpose, with the reason. ManiSkill PutOnPlateInScene25Main:
+# training draws every episode id of obj_set=train and the guides' in-distribution table evaluates on those scenes
+# (their held-out table is env@env.eval=maniskill_put_on_plate_25_ood, other objects). LIBERO: every suite has 50
+# fixed initial states per task, and the guide evaluates "every combination of task_id and trial_id" after training on
+# them.
+SHARED_STARTS = {
+    name: reason
+    for name in list_configs()
+    for reason in [
+        "ManiSkill PutOnPlateInScene25Main: the guides' in-distribution table evaluates the training episode ids"
+        if name.startswith("maniskill_")
+        else "LIBERO: 50 fixed initial states per task, trained and evaluated as in the guide"
+        if name.startswith("libero_")
+        else None
+    ]
+    if reason is not None
+}
+
+
+def _start_keys(tc: Any, split: str) -> set[tuple[Any, ...]]:
+    """The starts a section can use, computed from the config (no simulator): training draws trials uniformly from
+    [0, num_trials_per_task) of each task; evaluation episode k runs task k % T at trial trial_offset + k // T
+    (train_embodied.evaluation). A start is what the adapter builds from a (task, trial): MetaWorld seeds the task's
+    variation with the trial alone (vla_envs.metaworld.sim.trial_rng); RoboTwin runs seed seed_base + trial (or the
+    trial's entry of a seed list)."""
+    import numpy as np
+
+    env = tc.env_train if split == "train" else tc.env_eval
+    if env.env_type == "metaworld":
+        from vla_envs.metaworld.tasks import resolve_tasks
+
+        tasks, _ = resolve_tasks(env.task, env.task_set)
+        start = lambda task, trial: ("metaworld", task, trial)  # noqa: E731
+    elif env.env_type == "robotwin":
+        from vla_envs.robotwin.options import resolve_options
+
+        opts = resolve_options(env)
+        tasks = [opts.task]
+        assert opts.seeds is None, "a seed list: compare the lists' entries"
+        start = lambda task, trial: ("robotwin", task, opts.seed_base + trial)  # noqa: E731
+    else:
+        pytest.fail(f"no start rule for env_type {env.env_type!r}: add one (or a SHARED_STARTS reason)")
+    if split == "train":
+        return {start(t, trial) for t in tasks for trial in range(env.num_trials_per_task)}
+    k = np.arange(tc.eval_run.num_episodes)
+    return {start(tasks[i % len(tasks)], tc.eval_run.trial_offset + i // len(tasks)) for i in k.tolist()}
+
+
+@pytest.mark.parametrize("name", [n for n in list_configs() if n not in SHARED_STARTS])
+def test_evaluation_starts_are_disjoint_from_training_starts(name: str) -> None:
+    tc = load_train_config(name, [], check_paths=False)
+    shared = _start_keys(tc, "train") & _start_keys(tc, "eval")
+    assert not shared, (
+        f"{name}: {len(shared)} evaluation starts are training starts, e.g. {sorted(shared)[:3]}"
+    )
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in list_configs() if n.startswith("robotwin_adjust_bottle_ppo_OpenPI")]
+)
+def test_robotwin_openpi_configs_run_demo_clean_scenes(name: str) -> None:
+    """The guide: "all OpenPI models are trained under the demo_clean setting" (RoboTwin's task config
+    demo_clean.yml: no random background, no clutter, fixed light, fixed table height)."""
+    from vla_envs.robotwin.options import resolve_options
+
+    tc = load_train_config(name, [], check_paths=False)
+    for env in (tc.env_train, tc.env_eval):
+        randomization = resolve_options(env).task_config["domain_randomization"]
+        assert randomization == {
+            "random_background": False,
+            "cluttered_table": False,
+            "clean_background_rate": 1,
+            "random_head_camera_dis": 0,
+            "random_table_height": 0,
+            "random_light": False,
+            "crazy_random_light_rate": 0,
+        }

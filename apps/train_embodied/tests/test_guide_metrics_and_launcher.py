@@ -119,8 +119,11 @@ def test_every_metric_name_of_the_guides_is_logged_with_their_meaning(resumed_ru
         assert "rollout/value_targets_mean" in row  # our GAE-returns mean keeps a name of its own
 
 
-def test_training_videos_carry_the_env_rank(resumed_run) -> None:
+def test_training_videos_carry_the_env_rank_and_the_iteration(resumed_run) -> None:
     run, _ = resumed_run
     videos = sorted(p.name for p in (run / "video" / "train").glob("*.mp4"))
-    assert "train_rank0_env0_ep0.mp4" in videos, videos
-    assert all(name.startswith("train_rank0_env0_ep") for name in videos)  # video_cfg.max_envs=1: row 0 only
+    assert "train_rank0_iter0_env0_ep0.mp4" in videos, videos
+    names = [re.fullmatch(r"train_rank0_iter(\d+)_env0_ep\d+\.mp4", n) for n in videos]
+    assert all(names), videos  # video_cfg.max_envs=1: row 0 only
+    # iteration 0 from the first launch, iteration 1 from the resumed one (its episodes end in that iteration)
+    assert {int(m.group(1)) for m in names} == {0, 1}, videos

@@ -284,9 +284,10 @@ def _base_for(guide: str, settings: dict[str, Any]) -> str:
 
 
 def _resolved(value: Any, tc: Any) -> Any:
-    """A `${runner.logger.log_path}` interpolation of the snippet, as the composed config resolves it."""
+    """A `${runner.logger.log_path}` interpolation of the snippet (the guides' `video_base_dir`), as the composed
+    config resolves it: the run's folder, where the guides' launcher puts log_path (config.load)."""
     if isinstance(value, str) and "${runner.logger.log_path}" in value:
-        return value.replace("${runner.logger.log_path}", tc.runner.logger.log_path)
+        return value.replace("${runner.logger.log_path}", tc.runner.logger.log_dir)
     return value
 
 

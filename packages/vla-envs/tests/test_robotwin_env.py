@@ -153,6 +153,10 @@ def test_import_failures_of_any_type_and_a_crashing_runtime_give_clear_errors(
     [
         ({"reward_mode": "dense"}, "reward_mode='dense'.*sparse"),
         ({"wrist_camera": "gripperPOV"}, "wrist_camera='gripperPOV'.*both"),
+        (
+            {"wrist_camera": "left", "extra": {"task_config": {"camera": {"collect_wrist_camera": False}}}},
+            "wrist_camera='left'.*collect_wrist_camera'\\] is false: they are one setting",
+        ),
         ({"task": None, "task_set": ["place_empty_cup"]}, "task_set.*one task per env"),
         ({"extra": {"task_config": {"step_lim": 0}}}, "step_lim.*>= 1"),
         (

@@ -114,23 +114,31 @@ def train_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
 
 
 def run_eval(
-    tc: TrainConfig, w: RunWorkers, tag: str, tables: dict[str, Any] | None = None
+    tc: TrainConfig, w: RunWorkers, tag: str, tables: dict[str, Any] | None = None, *, iteration: int = 0
 ) -> dict[str, float]:
-    """Held-out evaluation with sampled (the rollout setting) and, if asked, greedy decoding.
+    """Held-out evaluation with sampled (the rollout setting) and, if asked, greedy decoding, of the policy after
+    `iteration` training iterations (which names the evaluation's video files).
 
     Besides the means (`eval/success_once`, ...) it logs the reference table's per-group and per-task success
     (`eval/<group>/success_once`, `eval/task/<task>/success_once`); the tables themselves go to `tables[mode]`
     (`vla_envs.evaluation.evaluation_table` results) when given."""
-    ids = held_out_reset_ids(
-        tc.eval_run.num_episodes,
-        num_tasks=w.env_spec["num_tasks"],
-        trials_per_task=tc.env_eval.num_trials_per_task,
-        trial_offset=tc.eval_run.trial_offset,
+    # env.eval.rollout_epoch: the held-out episodes that many times over (the same starts; new sampling noise)
+    ids = np.tile(
+        held_out_reset_ids(
+            tc.eval_run.num_episodes,
+            num_tasks=w.env_spec["num_tasks"],
+            trials_per_task=tc.env_eval.num_trials_per_task,
+            trial_offset=tc.eval_run.trial_offset,
+        ),
+        tc.eval_run.eval_repeats,
     )
-    modes = ["sample" if tc.rollout.eval_do_sample else "greedy"]
+    # rollout.do_sample=false (the reference's key, allowed in an evaluation-only run) means greedy decisions
+    sample = tc.rollout.eval_do_sample and tc.rollout.do_sample
+    modes = ["sample" if sample else "greedy"]
     if tc.runner.eval_greedy and modes[0] != "greedy":
         modes.append("greedy")
     out: dict[str, float] = {}
+    w.env_eval.set_iteration(iteration)
     for mode in modes:
         # the same eval sampling noise for every checkpoint
         w.rollout.seed(stream_seed(tc.runner.seed, seeds.EVAL_SAMPLING))
@@ -139,7 +147,7 @@ def run_eval(
             w.env_eval,
             w.rollout,
             num_envs=tc.env_eval.num_envs,
-            num_episodes=tc.eval_run.num_episodes,
+            num_episodes=len(ids),
             reset_ids=ids,
             max_decisions=tc.env_eval.max_episode_steps,
             mode=mode,
@@ -292,6 +300,8 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             # `rollout_epoch` rollouts per iteration, side by side as one batch for the update
             t0 = time.time()
             w.rollout.set_global_step(epoch)  # schedules over training (pi0's noise annealing) read it
+            for group in w.env_train:
+                group.set_iteration(epoch)  # names this iteration's video files
             for _attempt in range(1 + w.max_restarts):
                 restarts = w.rollout.num_restarts
                 w.rollout.clear_trajectories()
@@ -373,7 +383,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
             last = epoch + 1 == runner.max_epochs and runner.eval_after_train  # the after-RL eval covers it
             if runner.val_check_interval > 0 and (epoch + 1) % runner.val_check_interval == 0 and not last:
                 _sync_weights(w, state)
-                val = run_eval(tc, w, f"epoch {epoch + 1}")
+                val = run_eval(tc, w, f"epoch {epoch + 1}", iteration=epoch + 1)
                 logger.log(val, step=epoch + 1)
                 state["history"][-1].update({k: v for k, v in val.items() if k.startswith("eval/success")})
             if runner.save_interval > 0 and (epoch + 1) % runner.save_interval == 0:
@@ -386,7 +396,9 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         summary["policy_dir"] = w.actor.save_pretrained(str(log_dir / "policy"))  # for actor.model.model_path
         if runner.eval_after_train:
             _sync_weights(w, state)
-            after = run_eval(tc, w, "after RL", state["eval_tables"].setdefault("after_rl", {}))
+            after = run_eval(
+                tc, w, "after RL", state["eval_tables"].setdefault("after_rl", {}), iteration=state["epoch"]
+            )
             logger.log(after, step=state["epoch"])
             if state["history"]:
                 state["history"][-1].update({k: v for k, v in after.items() if k.startswith("eval/success")})

@@ -40,8 +40,8 @@ def fsdp_config_for(section: FSDPSection, policy: nn.Module) -> Any:
     present = {type(m).__name__ for m in policy.modules()}
     mixed = section.mixed_precision
     return FSDPConfig(
-        param_dtype=str(mixed.get("param_dtype", "fp32")),
-        reduce_dtype=str(mixed.get("reduce_dtype", "fp32")),
+        param_dtype=str(mixed.get("param_dtype") or "fp32"),
+        reduce_dtype=str(mixed.get("reduce_dtype") or "fp32"),
         gradient_checkpointing=section.gradient_checkpointing,
         cpu_offload=section.cpu_offload,
         reshard_after_forward=RESHARD_AFTER_FORWARD[section.sharding_strategy],

@@ -47,6 +47,7 @@ from train_embodied.trajectories import (
     assemble_rollout,
     combine_rank_stats,
 )
+from train_embodied.unsharded import apply_fsdp_settings
 from train_embodied.update import UpdateSettings, ppo_update
 from vla_algos import explained_variance
 from vla_envs import EnvConfig, empty_episode_metrics, make_env, task_grouping
@@ -77,8 +78,10 @@ class EnvWorker(Worker):
 
     def __init__(self, env_cfg: EnvConfig) -> None:
         rows = env_cfg.num_envs // self.world_size
-        # video files `<split>_rank<r>_env<row>_ep<n>.mp4`: rows are this rank's, so the rank keeps names apart
-        tag = f"{env_cfg.extra.get('video_tag', 'train')}_rank{self.rank}"
+        # video files `<split>_rank<r>_iter<i>_env<row>_ep<n>.mp4`: rows are this rank's, so the rank keeps names
+        # apart; the runner sets the iteration (`set_iteration`)
+        self._video_tag = f"{env_cfg.extra.get('video_tag', 'train')}_rank{self.rank}"
+        tag = f"{self._video_tag}_iter0"
         cfg = env_cfg.replace(
             num_envs=rows,
             first_row=env_cfg.first_row + self.rank * rows,
@@ -105,6 +108,12 @@ class EnvWorker(Worker):
             "tasks": tasks,
             "task_grouping": task_grouping(self.env_cfg.env_type, tasks).as_dict(),
         }
+
+    @register("one_to_all", collect="none", replay=True)
+    def set_iteration(self, iteration: int) -> None:
+        """The training iteration the next episodes belong to: it names their video files."""
+        if hasattr(self.env, "set_video_tag"):
+            self.env.set_video_tag(f"{self._video_tag}_iter{int(iteration)}")
 
     @register("split", replay=True)
     def reset(self, reset_state_ids: np.ndarray | None = None, seed: int | None = None) -> dict[str, Any]:
@@ -399,7 +408,8 @@ class ActorWorker(Worker):
         seed: Seed of the minibatch shuffling generator.
         fsdp: The `actor.fsdp_config` section. With more than one rank (one process each, Ray backend) every
             rank joins the group's process group and the policy is sharded with FSDP2; one rank trains a plain
-            module whatever `fsdp.strategy` says.
+            module whatever `fsdp.strategy` says, with its other settings applied to it
+            (`train_embodied.unsharded`: gradient checkpointing, mixed precision as autocast).
         enable_offload: `actor.enable_offload`: between calls the policy's parameters, gradients and the
             optimizer state live in host memory; each method that needs them moves them back first.
 
@@ -436,6 +446,10 @@ class ActorWorker(Worker):
                     shard_policy(
                         module, fsdp or FSDPSection(strategy="fsdp2", sharding_strategy="full_shard")
                     )
+        elif fsdp is not None:  # one process: each fsdp_config setting applied to the plain module
+            apply_fsdp_settings(self.policy, fsdp)
+            if self.reference is not None:
+                apply_fsdp_settings(self.reference, fsdp, trained=False)
         self.policy.eval()
         self.optimizer = build_optimizer(self.policy, optim)
         self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)

@@ -114,6 +114,12 @@ class VectorEnv(BatchedEnv):
             else None
         )
 
+    def set_video_tag(self, tag: str) -> None:
+        """Name prefix of the video files written from now on (`{tag}_env{row}_ep{n}.mp4`), e.g. the run's env rank
+        and iteration; episodes in progress are written under the new tag. No-op without `save_video`."""
+        if self.video is not None:
+            self.video.tag = str(tag)
+
     # ------------------------------------------------------------------ reset-state ids
     def describe_reset_state(self, reset_state_id: int) -> tuple[str, int]:
         """(task name, trial index) of a reset_state_id."""

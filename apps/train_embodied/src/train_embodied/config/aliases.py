@@ -6,6 +6,8 @@
 | `env.train.assets_path`, `.task_config`, `.center_crop` (and `env.eval.*`) | `env.<split>.extra.*` (RoboTwin adapter options) |
 | `fsdp.<key>`                                 | `actor.fsdp_config.<key>`                            |
 | `video_cfg.<key>` at the top level           | `env.train.video_cfg.<key>` (the documents' folders end in `video/train`) |
+| `env.train.rollout_epoch`                    | `algorithm.rollout_epoch` (rollouts per training iteration) |
+| `algorithm.eval_rollout_epoch` (deprecated there) | `env.eval.rollout_epoch` (times an evaluation runs its episodes) |
 | `trainer.logger.wandb.enable`                | `"wandb"` in `runner.logger.logger_backends`         |
 | `trainer.logger.wandb.project_name` / `experiment_name` | the project and run name the wandb backend reports to |
 | `env/train=NAME`, `env/eval=NAME` (overrides, defaults lists) | `env@env.train=NAME`, `env@env.eval=NAME`    |
@@ -37,6 +39,8 @@ OVERRIDE_ALIASES: tuple[tuple[str, str], ...] = (
         (f"fsdp.{k}", f"actor.fsdp_config.{k}")
         for k in ("strategy", "sharding_strategy", "gradient_checkpointing", "cpu_offload", "mixed_precision")
     ),
+    ("env.train.rollout_epoch", "algorithm.rollout_epoch"),
+    ("algorithm.eval_rollout_epoch", "env.eval.rollout_epoch"),
     *(
         (f"video_cfg.{k}", f"env.train.video_cfg.{k}")
         for k in ("save_video", "info_on_video", "video_base_dir", "fps", "max_envs")
@@ -181,6 +185,7 @@ def apply_aliases(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     elif video is not None:
         errors.append(f"video_cfg={video!r} is invalid: expected a section (the keys of env.train.video_cfg)")
 
+    _move_rollout_epochs(out)
     env = out.get("env")
     train = env.get("train") if isinstance(env, dict) else None
     group_size = train.pop("group_size", None) if isinstance(train, dict) else None
@@ -212,3 +217,21 @@ def apply_aliases(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
             if moved:
                 section["extra"] = _merge_over(section.get("extra") or {}, moved)
     return out, errors
+
+
+def _move_rollout_epochs(out: dict[str, Any]) -> None:
+    """`env.train.rollout_epoch` -> `algorithm.rollout_epoch` and `algorithm.eval_rollout_epoch` ->
+    `env.eval.rollout_epoch` (the reference's two spellings of each), in place."""
+    env = out.get("env")
+    train = env.get("train") if isinstance(env, dict) else None
+    if isinstance(train, dict) and "rollout_epoch" in train:
+        value = train.pop("rollout_epoch")
+        if value is not None:
+            out.setdefault("algorithm", {})["rollout_epoch"] = value
+    algorithm = out.get("algorithm")
+    if isinstance(algorithm, dict) and "eval_rollout_epoch" in algorithm:
+        value = algorithm.pop("eval_rollout_epoch")
+        if value is not None:
+            env = out.setdefault("env", {})
+            if isinstance(env, dict) and isinstance(env.setdefault("eval", {}), dict):
+                env["eval"]["rollout_epoch"] = value

@@ -173,7 +173,8 @@ def _check_placement(cluster: ClusterSection) -> list[str]:
 
 
 def _check_actor_sharding(tc: TrainConfig) -> list[str]:
-    """An actor on several processes is trained sharded (FSDP2): it needs one OS process per rank and FSDP."""
+    """An actor on several processes is trained sharded (FSDP2): it needs one OS process per rank and FSDP. One
+    actor process applies the fsdp_config settings to a plain module; those it cannot honour are refused."""
     try:
         from vla_infra import resolve_placement
 
@@ -187,7 +188,9 @@ def _check_actor_sharding(tc: TrainConfig) -> list[str]:
     except Exception:  # a bad placement is reported by _check_placement
         return []
     if n <= 1:
-        return []
+        from train_embodied.unsharded import one_process_errors
+
+        return one_process_errors(tc.actor.fsdp_config, tc.actor.model.precision)
     errors = []
     where = f"cluster.component_placement gives the actor {n} processes"
     if tc.cluster.backend != "ray":
@@ -300,6 +303,12 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             )
         # (EnvConfig itself refuses a missing or unregistered env_type)
         errors += _check_task(env, name) or _check_adapter_settings(env, name)
+    if not tc.rollout.do_sample and not tc.runner.only_eval:
+        errors.append(
+            f"rollout.do_sample={tc.rollout.do_sample!r} is not supported in a training run: training rollouts sample "
+            "(the PPO/GRPO ratio needs the sampling distribution); greedy decisions are for evaluation "
+            "(runner.only_eval=true with rollout.do_sample=false, or rollout.eval_do_sample=false, runner.eval_greedy)"
+        )
     errors += _wrist_camera_contradictions(tc)
     errors += _check_placement(tc.cluster)
     errors += _check_actor_sharding(tc)

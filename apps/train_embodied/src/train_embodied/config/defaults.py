@@ -69,7 +69,7 @@ def base_config() -> dict[str, Any]:
     return {
         "cluster": field_defaults(ClusterSection),
         "runner": field_defaults(RunnerSection),
-        "algorithm": field_defaults(AlgorithmSection),
+        "algorithm": {**field_defaults(AlgorithmSection), "eval_rollout_epoch": None},
         "env": {"train": env_defaults(), "eval": env_defaults(), "enable_offload": False},
         "rollout": {**field_defaults(RolloutSection), "model": {"model_path": None}},
         "actor": field_defaults(ActorSection),

@@ -168,6 +168,7 @@ def assign_log_dir(cfg: DictConfig, *, now: datetime.datetime | None = None) -> 
                 "shipped config, e.g. `defaults: [metaworld_ppo_tiny_cpu, _self_]` (vla-train --list names them)"
             ]
         )
+    _video_dirs_in_run_folder(cfg)
     if logger.get("log_dir"):
         return str(logger.log_dir)
     previous = None
@@ -183,6 +184,26 @@ def assign_log_dir(cfg: DictConfig, *, now: datetime.datetime | None = None) -> 
     logger.log_dir = str(run_dir)
     OmegaConf.set_struct(cfg, True)
     return str(run_dir)
+
+
+#: where a video folder may be set: each env section's and the documents' top-level `video_cfg`
+VIDEO_DIR_KEYS = ("env.train.video_cfg", "env.eval.video_cfg", "video_cfg")
+
+
+def _video_dirs_in_run_folder(cfg: DictConfig) -> None:
+    """`${runner.logger.log_path}` in a `video_base_dir` means the run's folder (`runner.logger.log_dir`).
+
+    The reference documents write `video_base_dir: ${runner.logger.log_path}/video/eval`: their launcher gives each
+    run its own log_path, so the videos land with the run's logs. Here log_path is the root of every run folder
+    (`log_path/experiment_name/<timestamp>`); taken literally, that line would mix the videos of every run in one
+    folder outside them. The interpolation is rewritten before it resolves."""
+    for key in VIDEO_DIR_KEYS:
+        section = OmegaConf.select(cfg, key, default=None)
+        if not isinstance(section, DictConfig) or "video_base_dir" not in section:
+            continue
+        raw = OmegaConf.to_container(section, resolve=False).get("video_base_dir")
+        if isinstance(raw, str) and "${runner.logger.log_path}" in raw:
+            section.video_base_dir = raw.replace("${runner.logger.log_path}", "${runner.logger.log_dir}")
 
 
 def to_plain(cfg: DictConfig) -> dict[str, Any]:

@@ -39,6 +39,8 @@ PER_TASK_ADVANTAGES = GROUP_MODES
 LR_DECAY_STYLES = ("constant", "linear", "cosine")
 FSDP_STRATEGIES = ("fsdp", "fsdp2", "none")
 SHARDING_STRATEGIES = ("full_shard", "shard_grad_op", "hybrid_shard", "no_shard")
+#: `actor.fsdp_config.mixed_precision` keys (the reference's FSDP MixedPrecision fields)
+MIXED_PRECISION_KEYS = ("param_dtype", "reduce_dtype", "buffer_dtype")
 
 
 #: Reference-framework names that no vla_algos registry holds, each with why it is refused (while unregistered).
@@ -362,7 +364,12 @@ class AlgorithmSection:
 
 @dataclass
 class RolloutSection:
-    """`rollout`: sampling parameters of the rollout policy, pipelining and offload."""
+    """`rollout`: sampling parameters of the rollout policy, pipelining and offload.
+
+    `do_sample` false (the reference's key): greedy decisions. Training rollouts must sample (the PPO/GRPO ratio
+    needs the sampling distribution), so it is refused unless `runner.only_eval`, where it makes the evaluation
+    greedy, as `eval_do_sample` false does in any run.
+    """
 
     do_sample: bool = True
     temperature: float = 1.0
@@ -376,12 +383,6 @@ class RolloutSection:
         if self.temperature <= 0:
             errors.append(f"{prefix}.temperature={self.temperature!r} is invalid: must be > 0")
         errors += at_least(f"{prefix}.pipeline_stage_num", self.pipeline_stage_num, 1)
-        if not self.do_sample:  # a reference-config key: PPO/GRPO learn from sampled actions
-            errors.append(
-                f"{prefix}.do_sample={self.do_sample!r} is not supported: training rollouts sample (the PPO/GRPO "
-                f"ratio needs the sampling distribution); greedy decoding is for evaluation ({prefix}.eval_do_sample, "
-                "runner.eval_greedy)"
-            )
         return errors
 
 
@@ -422,7 +423,9 @@ class OptimSection:
 
 @dataclass
 class FSDPSection:
-    """`actor.fsdp_config`: FSDP2 sharding of an actor placed on several processes (unused with one process)."""
+    """`actor.fsdp_config`: FSDP2 sharding of an actor placed on several processes. With one process the policy
+    is not sharded (`strategy` and `sharding_strategy` have nothing to shard) and the other settings apply to the
+    plain module (`train_embodied.unsharded`)."""
 
     strategy: str = "none"
     sharding_strategy: str = "no_shard"
@@ -434,7 +437,17 @@ class FSDPSection:
         errors = one_of(f"{prefix}.strategy", self.strategy, FSDP_STRATEGIES)
         errors += one_of(f"{prefix}.sharding_strategy", self.sharding_strategy, SHARDING_STRATEGIES)
         for key, value in self.mixed_precision.items():
-            errors += one_of(f"{prefix}.mixed_precision.{key}", value, PRECISIONS)
+            if key not in MIXED_PRECISION_KEYS:
+                errors.append(
+                    f"{prefix}.mixed_precision.{key} is not a known key: allowed {', '.join(MIXED_PRECISION_KEYS)}"
+                )
+            elif key == "buffer_dtype" and value not in (None, "fp32"):
+                errors.append(
+                    f"{prefix}.mixed_precision.buffer_dtype={value!r} is not supported: FSDP2 (and autocast on one "
+                    "process) does not cast buffers; allowed: fp32 or null"
+                )
+            elif value is not None:
+                errors += one_of(f"{prefix}.mixed_precision.{key}", value, PRECISIONS)
         return errors
 
 
@@ -563,20 +576,35 @@ class SFTSection:
 
 
 #: Keys of `env.train` / `env.eval` that belong to the app, not to vla_envs.EnvConfig.
-ENV_APP_KEYS = ("max_steps_per_rollout_epoch", "num_episodes", "trial_offset")
+ENV_APP_KEYS = ("max_steps_per_rollout_epoch", "num_episodes", "trial_offset", "rollout_epoch")
 
 
 @dataclass
 class EnvRunSection:
-    """App-side keys of `env.train` / `env.eval` (the rest of the section is a vla_envs.EnvConfig)."""
+    """App-side keys of `env.train` / `env.eval` (the rest of the section is a vla_envs.EnvConfig).
+
+    `rollout_epoch` (env.eval): how many times an evaluation runs its `num_episodes` held-out episodes (the same
+    starts each time; sampled decisions draw new noise), as the reference's eval rollout epochs; every run counts
+    in the means and tables; unset: once. `env.train.rollout_epoch` is the reference's spelling of
+    `algorithm.rollout_epoch` (moved there by `config.aliases`; unset: algorithm.rollout_epoch applies).
+    """
 
     max_steps_per_rollout_epoch: int = 64
     num_episodes: int = 50
     trial_offset: int = 0
+    rollout_epoch: int | None = None
+
+    @property
+    def eval_repeats(self) -> int:
+        """Times an evaluation runs its episodes (`rollout_epoch`; unset: once)."""
+        return self.rollout_epoch or 1
 
     def check(self, prefix: str) -> list[str]:
-        return (
+        errors = (
             at_least(f"{prefix}.max_steps_per_rollout_epoch", self.max_steps_per_rollout_epoch, 1)
             + at_least(f"{prefix}.num_episodes", self.num_episodes, 1)
             + at_least(f"{prefix}.trial_offset", self.trial_offset, 0)
         )
+        if self.rollout_epoch is not None:
+            errors += at_least(f"{prefix}.rollout_epoch", self.rollout_epoch, 1)
+        return errors

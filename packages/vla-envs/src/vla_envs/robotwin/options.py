@@ -215,6 +215,14 @@ def resolve_options(cfg: EnvConfig) -> RoboTwinOptions:
     wrist = cfg.wrist_camera
     if wrist is not None and wrist not in WRIST_CHOICES:
         _fail("wrist_camera", wrist, f"None or one of {WRIST_CHOICES}")
+    # one setting under two names: collect_wrist_camera true alone means both wrist cameras; a wrist camera with
+    # collect_wrist_camera given false is a contradiction
+    if wrist is not None and (user_tc.get("camera") or {}).get("collect_wrist_camera") is False:
+        _fail(
+            "wrist_camera", wrist,
+            "None while extra['task_config']['camera']['collect_wrist_camera'] is false: they are one setting "
+            "(set collect_wrist_camera true, or wrist_camera None)",
+        )  # fmt: skip
     if wrist is None and camera["collect_wrist_camera"]:
         wrist = "both"
     camera["collect_wrist_camera"] = wrist is not None

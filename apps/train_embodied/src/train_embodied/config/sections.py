@@ -563,16 +563,20 @@ class SFTSection:
 
 
 #: Keys of `env.train` / `env.eval` that belong to the app, not to vla_envs.EnvConfig.
-ENV_APP_KEYS = ("max_steps_per_rollout_epoch", "num_episodes", "trial_offset")
+ENV_APP_KEYS = ("max_steps_per_rollout_epoch", "num_episodes", "trial_offset", "enable_offload")
 
 
 @dataclass
 class EnvRunSection:
-    """App-side keys of `env.train` / `env.eval` (the rest of the section is a vla_envs.EnvConfig)."""
+    """App-side keys of `env.train` / `env.eval` (the rest of the section is a vla_envs.EnvConfig).
+
+    `enable_offload`: the env workers stop this split's simulators at the end of each rollout (train) or
+    evaluation (eval) and build them again at the next one's reset (`env.enable_offload` sets both splits)."""
 
     max_steps_per_rollout_epoch: int = 64
     num_episodes: int = 50
     trial_offset: int = 0
+    enable_offload: bool = False
 
     def check(self, prefix: str) -> list[str]:
         return (

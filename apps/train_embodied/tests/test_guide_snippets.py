@@ -57,13 +57,8 @@ OPENPI_MARKERS = {
 OPENPI_CONFIG = "robotwin_adjust_bottle_ppo_OpenPI"
 PI05_CONFIG = "robotwin_adjust_bottle_ppo_OpenPI_pi05"
 
-#: (guide, setting) -> why it cannot apply here, and the start of the one line it stops with.
-CANNOT_APPLY = {
-    ("robotwin", "env.enable_offload=True"): (
-        "env workers keep their simulators resident (offload of the models: rollout / actor.enable_offload)",
-        "env.enable_offload=True is not supported",
-    ),
-}
+#: (guide, setting) -> why it cannot apply here, and the start of the one line it stops with (none at present).
+CANNOT_APPLY: dict[tuple[str, str], tuple[str, str]] = {}
 
 _KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:[/,][A-Za-z_][A-Za-z0-9_]*)*"
 _SCALAR = r'"[^"]*"|\'[^\']*\'|\[[^\]]*\]|\$\{[^}]*\}[^\s#]*|[^\s#]+'
@@ -237,6 +232,9 @@ def home_value(tc: Any, key: str) -> Any:
         if parts[-1] == "enable":
             return "wandb" in tc.runner.logger.logger_backends
         return getattr(wandb, parts[-1])
+    if parts == ["env", "enable_offload"]:  # both splits' env.<split>.enable_offload
+        assert tc.train_run.enable_offload == tc.eval_run.enable_offload
+        return tc.train_run.enable_offload
     if parts[0] == "env":
         env = tc.env_train if parts[1] == "train" else tc.env_eval
         run = tc.train_run if parts[1] == "train" else tc.eval_run

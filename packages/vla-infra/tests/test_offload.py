@@ -14,7 +14,6 @@ import tiny_transformer_jobs as helpers
 from vla_infra.offload import (
     ModelOffloader,
     OffloadableEnv,
-    SnapshotOffloadEnv,
     is_offloaded,
     offload_env,
     offload_module,
@@ -126,37 +125,3 @@ def test_env_protocol_and_offloaded_context() -> None:
     assert not actor.offloaded and sim.state == [1, 2, 3] and sim.calls == ["offload", "onload"]
     after = _snapshot(model, opt)
     assert all(torch.equal(before[k], after[k]) for k in before)
-
-
-def test_snapshot_offload_env_restores_a_real_simulator_state() -> None:
-    gym = pytest.importorskip("gymnasium")
-    np = pytest.importorskip("numpy")
-
-    def get_state(env: object) -> object:
-        core = env.unwrapped  # type: ignore[attr-defined]
-        return (np.array(core.state).copy(), core.steps_beyond_terminated)
-
-    def set_state(env: object, state: object) -> None:
-        env.reset(seed=0)  # type: ignore[attr-defined]
-        core = env.unwrapped  # type: ignore[attr-defined]
-        core.state, core.steps_beyond_terminated = state[0].copy(), state[1]  # type: ignore[index]
-
-    live = SnapshotOffloadEnv(lambda: gym.make("CartPole-v1"), get_state=get_state, set_state=set_state)
-    twin = gym.make("CartPole-v1")
-    live.reset(seed=3)
-    twin.reset(seed=3)
-    for _ in range(5):
-        live.step(1)
-        twin.step(1)
-    first_env = live.env
-    assert offload_env(live) and live.offloaded
-    assert reload_env(live) and not live.offloaded and live.env is not first_env  # a new simulator instance
-    for action in (0, 0, 1, 0):
-        obs, reward, *_ = live.step(action)
-        obs_twin, reward_twin, *_ = twin.step(action)
-        assert np.array_equal(obs, obs_twin) and reward == reward_twin
-    live.offload()
-    live.step(0)  # attribute access onloads on demand
-    assert not live.offloaded
-    live.close()
-    twin.close()

@@ -68,12 +68,23 @@ class RunWorkers:
         env_pl = self.placement["env"]
         self.env_train: list[WorkerGroup] = []
         if need_train:
+            offload = tc.train_run.enable_offload  # env.train.enable_offload
             for s, cfg in enumerate(train_env_configs(tc)):
                 self.env_train.append(
-                    self._group(EnvWorker, env_pl, f"env_train_{s}", self.max_restarts, env_cfg=cfg)
+                    self._group(
+                        EnvWorker,
+                        env_pl,
+                        f"env_train_{s}",
+                        self.max_restarts,
+                        env_cfg=cfg,
+                        enable_offload=offload,
+                    )
                 )
         eval_cfg = tc.env_eval.replace(extra={**tc.env_eval.extra, "video_tag": "eval"})
-        self.env_eval = self._group(EnvWorker, env_pl, "env_eval", self.max_restarts, env_cfg=eval_cfg)
+        offload = tc.eval_run.enable_offload  # env.eval.enable_offload
+        self.env_eval = self._group(
+            EnvWorker, env_pl, "env_eval", self.max_restarts, env_cfg=eval_cfg, enable_offload=offload
+        )
         self.env_spec: dict[str, Any] = self.env_eval.spec()
         self.train_spec: dict[str, Any] = self.env_train[0].spec() if self.env_train else self.env_spec
         self.rollout = self._group(

@@ -168,6 +168,7 @@ def run_eval(
             f"[{tag}] eval {mode}: success {res['success_once']:.2f} over {int(res['num_trajectories'])} episodes"
         )
     w.rollout.offload()  # rollout.enable_offload (else a no-op)
+    w.env_eval.offload()  # env.eval.enable_offload: stop the simulators until the next evaluation (else a no-op)
     return out
 
 
@@ -318,6 +319,8 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 )
             batch = concat_rollouts(rollouts)  # the env side; the rollout ranks hold the model side
             w.rollout.offload()  # rollout.enable_offload: free the device for the update (else a no-op)
+            for group in w.env_train:  # env.train.enable_offload: stop the simulators until the next rollout
+                group.offload()
             state["env_steps"] += batch.env_steps
             timings["time/generate_rollouts"] = time.time() - t0
 

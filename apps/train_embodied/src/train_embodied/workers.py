@@ -54,6 +54,7 @@ from vla_envs import EnvConfig, empty_episode_metrics, make_env, task_grouping
 from vla_infra import (
     Channel,
     ModelOffloader,
+    OffloadableEnv,
     PeerGroup,
     ShardGatherFollower,
     StaleWeightsError,
@@ -64,7 +65,9 @@ from vla_infra import (
     concat_values,
     find_free_port,
     is_offloaded,
+    offload_env,
     register,
+    reload_env,
 )
 from vla_models import concat_forward_inputs
 
@@ -74,9 +77,15 @@ class EnvWorker(Worker):
 
     Args:
         env_cfg: The env config of the whole group (`num_envs` = rows across all ranks).
+        enable_offload: `env.<split>.enable_offload`: the simulators are resident only inside a phase. They are
+            stopped once built (after `spec` is read) and by `offload()` at the end of each rollout or evaluation
+            (their processes and memory go away while the actor trains), and every `reset` builds them again first.
+            Each rollout and evaluation starts with a `reset` to start states that depend only on their
+            reset_state_ids (the env keeps its start-state generator across the offload), so the episodes are
+            the same as with resident simulators.
     """
 
-    def __init__(self, env_cfg: EnvConfig) -> None:
+    def __init__(self, env_cfg: EnvConfig, enable_offload: bool = False) -> None:
         rows = env_cfg.num_envs // self.world_size
         # video files `<split>_rank<r>_iter<i>_env<row>_ep<n>.mp4`: rows are this rank's, so the rank keeps names
         # apart; the runner sets the iteration (`set_iteration`)
@@ -90,6 +99,15 @@ class EnvWorker(Worker):
         )
         self.env = make_env(cfg)
         self.env_cfg = cfg
+        self.enable_offload = enable_offload
+        if enable_offload:
+            if not isinstance(self.env, OffloadableEnv):
+                self.env.close()
+                raise ValueError(
+                    f"enable_offload=True is not supported with env_type={cfg.env_type!r}: its env "
+                    f"({type(self.env).__name__}) has no offload() / onload()"
+                )
+            offload_env(self.env)  # resident only inside a rollout or evaluation phase
         self._obs: dict[str, Any] | None = None  # the observation the next step acts on
         self._boundary_pending = False  # a replacement of a dead worker: report the lost episodes first
         self._lost_episodes = 0  # episodes that were in flight on a dead worker process
@@ -119,6 +137,8 @@ class EnvWorker(Worker):
     def reset(self, reset_state_ids: np.ndarray | None = None, seed: int | None = None) -> dict[str, Any]:
         """Reset this rank's rows: `reset_state_ids` int [B] (split across ranks) or a seeded draw."""
         seed = None if seed is None else rank_seed(seed, self.rank)
+        if self.enable_offload:
+            reload_env(self.env)  # rebuild the simulators stopped by offload()
         self._obs = self.env.reset(seed=seed, reset_state_ids=reset_state_ids)
         self._boundary_pending = False  # new episodes: nothing in flight is lost
         return self._obs
@@ -178,6 +198,19 @@ class EnvWorker(Worker):
         stats = dict(self.env.fault_stats())
         stats["lost_episodes"] = stats.get("lost_episodes", 0.0) + float(self._lost_episodes)
         return stats
+
+    @register("one_to_all", collect="none")
+    def offload(self) -> None:
+        """End of a rollout or evaluation phase: stop the simulators until the next `reset` (no-op unless
+        enable_offload). The episodes in flight end; the next phase starts with a `reset` anyway."""
+        if self.enable_offload:
+            offload_env(self.env)
+
+    @register("one_to_all", collect="list")
+    def simulator_pids(self) -> list[int]:
+        """Process ids of this rank's simulators (empty while offloaded)."""
+        pids = getattr(self.env, "simulator_pids", None)
+        return list(pids()) if callable(pids) else []
 
     @register("one_to_all", collect="none", restart=False)
     def close(self) -> None:

@@ -16,7 +16,7 @@ from vla_envs.base import (
     select_obs_rows,
     stack_obs,
 )
-from vla_envs.checks import check_env_config
+from vla_envs.checks import check_env_config, check_env_offload
 from vla_envs.config import EnvConfig, VideoConfig
 from vla_envs.demos import demo_env_types, demo_settings, generate_demos, load_demos
 from vla_envs.evaluation import TaskGrouping, evaluation_table, format_evaluation_tables, task_grouping
@@ -55,6 +55,7 @@ __all__ = [
     "adapters",
     "check_actions",
     "check_env_config",
+    "check_env_offload",
     "configure_mujoco_gl",
     "demo_env_types",
     "demo_settings",

@@ -91,20 +91,10 @@ class VectorEnv(BatchedEnv):
             slices = [list(range(s, min(s + epw, self.num_envs))) for s in range(0, self.num_envs, epw)]
         self._slices = slices
         self.workers: list[Any] = []
+        self._offloaded = False  # offload(): the workers are stopped until onload() / reset()
+        self._needs_reset = False  # onload(): the rebuilt simulators start no episode until reset()
         try:
-            for wid, rows in enumerate(slices):
-                if cfg.envs_per_worker == 0:
-                    self.workers.append(LocalWorker(wid, cfg, spec, rows))
-                else:
-                    worker = ProcessWorker(wid, cfg, spec, rows)
-                    worker.start()
-                    self.workers.append(worker)
-            for worker in list(self.workers):  # built in parallel; wait for every "ready"
-                if isinstance(worker, ProcessWorker):
-                    try:
-                        worker.recv(cfg.worker_start_timeout_s)
-                    except WorkerDied as exc:  # killed or crashed while building: start it again
-                        self._start_again(worker.worker_id, str(exc))
+            self._start_workers()
         except BaseException:
             self.close()
             raise
@@ -119,6 +109,62 @@ class VectorEnv(BatchedEnv):
         and iteration; episodes in progress are written under the new tag. No-op without `save_video`."""
         if self.video is not None:
             self.video.tag = str(tag)
+
+    def _start_workers(self) -> None:
+        """Build every worker's simulators (in parallel for subprocess workers) and wait until all are ready."""
+        cfg, spec = self.cfg, self.spec
+        for wid, rows in enumerate(self._slices):
+            if cfg.envs_per_worker == 0:
+                self.workers.append(LocalWorker(wid, cfg, spec, rows))
+            else:
+                worker = ProcessWorker(wid, cfg, spec, rows)
+                worker.start()
+                self.workers.append(worker)
+        for worker in list(self.workers):  # built in parallel; wait for every "ready"
+            if isinstance(worker, ProcessWorker):
+                try:
+                    worker.recv(cfg.worker_start_timeout_s)
+                except WorkerDied as exc:  # killed or crashed while building: start it again
+                    self._start_again(worker.worker_id, str(exc))
+
+    # ------------------------------------------------------------------ offload (between rollout phases)
+    @property
+    def offloaded(self) -> bool:
+        """Whether the simulators are stopped (`offload()`) and not yet rebuilt."""
+        return self._offloaded
+
+    def simulator_pids(self) -> list[int]:
+        """Process ids of the simulator workers (empty while offloaded; this process's id for in-process ones)."""
+        return [int(w.pid) for w in self.workers if w.pid is not None]
+
+    def offload(self) -> None:
+        """Stop every simulator worker, so that their processes and memory (renderers, physics, GPU contexts) go
+        away until the next phase; a no-op when already offloaded or closed.
+
+        What the batch keeps here stays: the start-state generator, each row's task and last reset ids, the episode
+        counters and the fault counters. Episodes in flight end with their simulators: the next call must be
+        `reset()` (which rebuilds the simulators first); `chunk_step` before it raises. Every reset start state is a
+        function of its reset_state_id and the config seed, so a rebuild followed by the same `reset()` gives the
+        same episodes as simulators that stayed resident.
+        """
+        if self._offloaded or self._closed:
+            return
+        for worker in self.workers:
+            worker.close()
+        self.workers = []
+        self._offloaded = True
+
+    def onload(self) -> None:
+        """Rebuild the simulator workers stopped by `offload()` (no-op when resident); `reset()` comes next."""
+        if not self._offloaded or self._closed:
+            return
+        try:
+            self._start_workers()
+        except BaseException:
+            self.close()
+            raise
+        self._offloaded = False
+        self._needs_reset = True
 
     # ------------------------------------------------------------------ reset-state ids
     def describe_reset_state(self, reset_state_id: int) -> tuple[str, int]:
@@ -152,6 +198,7 @@ class VectorEnv(BatchedEnv):
     ) -> Obs:
         """Reset all rows (see BatchedEnv.reset). Without ids each row keeps its task and draws a trial;
         with `use_fixed_reset_state_ids` the rows of a group of `group_size` share the group's first draw."""
+        self.onload()  # offloaded: rebuild the simulators first
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         if reset_state_ids is None:
@@ -172,6 +219,7 @@ class VectorEnv(BatchedEnv):
             except WorkerDied as exc:  # episodes in flight are discarded by a reset anyway: none is lost
                 parts.append(self._revive(wid, worker_ids, None, str(exc)))
         obs = concat_obs(parts)
+        self._needs_reset = False
         self.episodes.start(obs)
         if self.video is not None:
             self.video.start(obs["images"])
@@ -180,6 +228,11 @@ class VectorEnv(BatchedEnv):
     def chunk_step(self, actions: np.ndarray) -> StepResult:
         """Step through actions [B, C, A] (see BatchedEnv.chunk_step)."""
         self.episodes.last_obs()  # raises before the first reset()
+        if self._offloaded or self._needs_reset:
+            raise RuntimeError(
+                "VectorEnv.chunk_step after offload(): the episodes in flight ended with the stopped simulators; "
+                "call reset() first"
+            )
         acts = check_actions(
             actions,
             num_envs=self.num_envs,

@@ -51,7 +51,6 @@ _EXPORTS.update(
         "offloaded": "vla_infra.offload",
         "ModelOffloader": "vla_infra.offload",
         "OffloadableEnv": "vla_infra.offload",
-        "SnapshotOffloadEnv": "vla_infra.offload",
         # FSDP2
         "FSDPConfig": "vla_infra.fsdp",
         "apply_fsdp2": "vla_infra.fsdp",

@@ -4,8 +4,8 @@ Three kinds of state leave the accelerator while another phase runs on it:
 
 - the actor's parameters, gradients and optimizer state (``offload_module`` / ``offload_optimizer``),
 - the rollout model (``offload_module``),
-- the env simulator, which is suspended through the :class:`OffloadableEnv` protocol (``offload()`` /
-  ``onload()``); each simulator adapter implements it, :func:`offload_env` / :func:`reload_env` call it.
+- the env simulators, released through the :class:`OffloadableEnv` protocol (``offload()`` / ``onload()``,
+  implemented by the ``vla_envs`` envs); :func:`offload_env` / :func:`reload_env` call it.
 
 Every tensor is *copied* into host memory (pinned when CUDA exists, so the reload can be asynchronous) and the
 device copy is dropped; the reload copies the bytes back to the exact device the tensor came from (an
@@ -17,9 +17,9 @@ runs, the tensors are still moved into fresh storage, nothing is freed in total.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -27,7 +27,6 @@ from torch import nn
 __all__ = [
     "ModelOffloader",
     "OffloadableEnv",
-    "SnapshotOffloadEnv",
     "is_offloaded",
     "offload_env",
     "offload_module",
@@ -179,10 +178,13 @@ def reload_optimizer(optimizer: torch.optim.Optimizer) -> None:
 
 @runtime_checkable
 class OffloadableEnv(Protocol):
-    """An env whose simulator can be suspended between rollout phases.
+    """An env whose simulators can be released between phases (`env.enable_offload`).
 
-    ``offload()`` releases the simulator's device memory (e.g. snapshot the state and stop the simulator
-    process); ``onload()`` brings it back to the same state. Adapters in ``vla_envs`` implement it.
+    ``offload()`` releases the simulators' memory (host and device: e.g. stops the simulator processes);
+    ``onload()`` builds them again. What the env keeps in the caller's process (start-state generators, episode and
+    fault counters) survives; whether an episode in flight does is the env's to say: the ``vla_envs`` envs end it
+    and ask for a ``reset()`` next (which onloads by itself), so an offload belongs between rollouts that each
+    start with a reset. Both are no-ops when already in that state.
     """
 
     def offload(self) -> None: ...
@@ -204,71 +206,6 @@ def reload_env(env: object) -> bool:
         env.onload()
         return True
     return False
-
-
-class SnapshotOffloadEnv:
-    """Generic :class:`OffloadableEnv` for simulators that can export and import their state.
-
-    ``offload()`` saves ``get_state(env)`` and closes the env (its simulator process and device memory go
-    away); ``onload()`` rebuilds it with ``make_env()`` and applies ``set_state(env, state)``. Any other
-    attribute access onloads first, so a caller that forgets ``onload()`` still gets a live env.
-
-    Example:
-        >>> env = SnapshotOffloadEnv(lambda: make_sim(), get_state=lambda e: e.get_state(),
-        ...                          set_state=lambda e, s: e.set_state(s))
-    """
-
-    def __init__(
-        self,
-        make_env: Callable[[], Any],
-        *,
-        get_state: Callable[[Any], Any],
-        set_state: Callable[[Any, Any], None],
-        close: Callable[[Any], None] = lambda env: env.close(),
-    ) -> None:
-        self._make_env = make_env
-        self._get_state = get_state
-        self._set_state = set_state
-        self._close = close
-        self._env: Any = make_env()
-        self._snapshot: Any = None
-
-    @property
-    def offloaded(self) -> bool:
-        return self._env is None
-
-    @property
-    def env(self) -> Any:
-        """The live env (onloaded on demand)."""
-        if self._env is None:
-            self.onload()
-        return self._env
-
-    def offload(self) -> None:
-        if self._env is None:
-            return
-        self._snapshot = self._get_state(self._env)
-        self._close(self._env)
-        self._env = None
-
-    def onload(self) -> None:
-        if self._env is not None:
-            return
-        env = self._make_env()
-        self._set_state(env, self._snapshot)
-        self._env, self._snapshot = env, None
-
-    def close(self) -> None:
-        if self._env is not None:
-            self._close(self._env)
-            self._env = None
-        self._snapshot = None
-
-    def __getattr__(self, name: str) -> Any:
-        # Only called for attributes not found on the wrapper: forward them to the (onloaded) env.
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return getattr(self.env, name)
 
 
 class ModelOffloader:

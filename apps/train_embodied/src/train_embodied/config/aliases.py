@@ -12,14 +12,14 @@
 | `trainer.logger.wandb.project_name` / `experiment_name` | the project and run name the wandb backend reports to |
 | `env/train=NAME`, `env/eval=NAME` (overrides, defaults lists) | `env@env.train=NAME`, `env@env.eval=NAME`    |
 | `env.train.group_size`                       | `algorithm.group_size` (envs per same-start group: the estimator's group and the env's) |
+| `env.enable_offload`                         | `env.train.enable_offload` and `env.eval.enable_offload` (the reference's per-split keys) |
 
 A key given in the documents' spelling is applied over the config's own (the shipped configs never use those
 spellings, so a value there is the user's). Given both ways with different values on one command line, or inside
 one config file, the run is refused with one line naming both; the same value both ways is one setting.
 `env.train.group_size` is refused whenever it differs from `algorithm.group_size` (whose default is always in
-the composed config): the env's groups are the estimator's. Two keys the reference reads are checked, not stored: `algorithm.n_chunk_steps`
-(decisions per rollout epoch) must agree with the env and model settings, and `env.enable_offload: true` is refused
-(env workers keep their simulators resident).
+the composed config): the env's groups are the estimator's. One key the reference reads is checked, not stored:
+`algorithm.n_chunk_steps` (decisions per rollout epoch) must agree with the env and model settings.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ OVERRIDE_ALIASES: tuple[tuple[str, str], ...] = (
         for k in ("save_video", "info_on_video", "video_base_dir", "fps", "max_envs")
     ),
     ("env.train.group_size", "algorithm.group_size"),
+    ("env.enable_offload", "env.train.enable_offload"),
+    ("env.enable_offload", "env.eval.enable_offload"),
 )
 
 #: Every (documents' key, our key) pair that one config file may not set to different values.
@@ -201,13 +203,13 @@ def apply_aliases(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
         elif isinstance(algorithm, dict):
             algorithm["group_size"] = group_size
     if isinstance(env, dict):
-        offload = env.pop("enable_offload", False)
-        if offload not in (False, None):
-            errors.append(
-                f"env.enable_offload={offload!r} is not supported: env workers keep their simulators resident "
-                "(set env.enable_offload=false; rollout.enable_offload and actor.enable_offload free the model's "
-                "memory between phases)"
-            )
+        offload = env.pop("enable_offload", None)
+        if offload is not None and not isinstance(offload, bool):
+            errors.append(f"env.enable_offload={offload!r} is invalid: expected true or false")
+        elif offload is not None:
+            for split in ("train", "eval"):
+                if isinstance(env.get(split), dict):
+                    env[split]["enable_offload"] = offload
         for split in ("train", "eval"):
             section = env.get(split)
             if not isinstance(section, dict):

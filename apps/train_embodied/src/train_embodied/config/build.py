@@ -135,6 +135,25 @@ def _check_adapter_settings(env: EnvConfig, prefix: str) -> list[str]:
     return []
 
 
+def _check_env_offload(tc: TrainConfig) -> list[str]:
+    """`env.<split>.enable_offload` (or `env.enable_offload`, both splits) for a simulator that cannot be offloaded:
+    one line naming it and what is allowed."""
+    from vla_envs import check_env_offload
+
+    errors = []
+    for name, env, run in (("env.train", tc.env_train, tc.train_run), ("env.eval", tc.env_eval, tc.eval_run)):
+        if not run.enable_offload:
+            continue
+        try:
+            check_env_offload(env)
+        except (ValueError, TypeError, KeyError) as exc:
+            why = re.sub(r"\bEnvConfig\.", f"{name}.", str(exc).strip().splitlines()[0])
+            errors.append(
+                f"{name}.enable_offload=True is not supported with env_type={env.env_type!r}: {why}"
+            )
+    return errors
+
+
 def _check_task(env: EnvConfig, prefix: str) -> list[str]:
     """Check the task name against the adapter's task list when the adapter is importable."""
     if env.task is None:
@@ -309,6 +328,7 @@ def _cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
             "(the PPO/GRPO ratio needs the sampling distribution); greedy decisions are for evaluation "
             "(runner.only_eval=true with rollout.do_sample=false, or rollout.eval_do_sample=false, runner.eval_greedy)"
         )
+    errors += _check_env_offload(tc)
     errors += _wrist_camera_contradictions(tc)
     errors += _check_placement(tc.cluster)
     errors += _check_actor_sharding(tc)

@@ -70,7 +70,7 @@ def base_config() -> dict[str, Any]:
         "cluster": field_defaults(ClusterSection),
         "runner": field_defaults(RunnerSection),
         "algorithm": {**field_defaults(AlgorithmSection), "eval_rollout_epoch": None},
-        "env": {"train": env_defaults(), "eval": env_defaults(), "enable_offload": False},
+        "env": {"train": env_defaults(), "eval": env_defaults(), "enable_offload": None},
         "rollout": {**field_defaults(RolloutSection), "model": {"model_path": None}},
         "actor": field_defaults(ActorSection),
         "sft": field_defaults(SFTSection),

@@ -576,7 +576,13 @@ class SFTSection:
 
 
 #: Keys of `env.train` / `env.eval` that belong to the app, not to vla_envs.EnvConfig.
-ENV_APP_KEYS = ("max_steps_per_rollout_epoch", "num_episodes", "trial_offset", "rollout_epoch")
+ENV_APP_KEYS = (
+    "max_steps_per_rollout_epoch",
+    "num_episodes",
+    "trial_offset",
+    "rollout_epoch",
+    "enable_offload",
+)
 
 
 @dataclass
@@ -587,12 +593,15 @@ class EnvRunSection:
     starts each time; sampled decisions draw new noise), as the reference's eval rollout epochs; every run counts
     in the means and tables; unset: once. `env.train.rollout_epoch` is the reference's spelling of
     `algorithm.rollout_epoch` (moved there by `config.aliases`; unset: algorithm.rollout_epoch applies).
-    """
+
+    `enable_offload`: the env workers stop this split's simulators at the end of each rollout (train) or
+    evaluation (eval) and build them again at the next one's reset (`env.enable_offload` sets both splits)."""
 
     max_steps_per_rollout_epoch: int = 64
     num_episodes: int = 50
     trial_offset: int = 0
     rollout_epoch: int | None = None
+    enable_offload: bool = False
 
     @property
     def eval_repeats(self) -> int:

@@ -313,3 +313,18 @@ def _resolve_put_on_plate(
         use_rel_reward=use_rel,
         asset_dir=asset_dir,
     )
+
+
+def check_offload(cfg: EnvConfig) -> None:
+    """Offload (stop and rebuild the simulators between phases) needs the CPU backend: the GPU backend simulates
+    every row inside the caller's process, where PhysX's GPU state cannot be released and built again.
+
+    Raises:
+        ValueError: with `extra['sim_backend']='gpu'`.
+    """
+    if resolve_options(cfg).sim_backend != "cpu":
+        raise ValueError(
+            "EnvConfig.extra['sim_backend']='gpu' cannot be offloaded (ManiSkill's GPU simulation runs in the env "
+            "worker's own process, where its GPU memory cannot be released and rebuilt); offload works with "
+            "sim_backend='cpu' (simulators in subprocess workers)"
+        )

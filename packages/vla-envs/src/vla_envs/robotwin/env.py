@@ -70,9 +70,12 @@ class RoboTwinEnv(BatchedEnv):
         self._rng = np.random.default_rng(cfg.seed)
         self._closed = False
         ids = self._draw_ids(self.num_envs)
-        self.venv = RoboTwinProcess(
-            opts, n_envs=self.num_envs, env_seeds=[self.robotwin_seed(int(i)) for i in ids]
+        # the seeds RoboTwin's VectorEnv is built with (every reset sets its own); `onload()` builds with them again
+        self._build_seeds = [self.robotwin_seed(int(i)) for i in ids]
+        self.venv: RoboTwinProcess | None = RoboTwinProcess(
+            opts, n_envs=self.num_envs, env_seeds=self._build_seeds
         )
+        self._needs_reset = False  # onload(): the rebuilt envs start no episode until reset()
         b = self.num_envs
         self._steps = np.zeros(b, dtype=np.int64)  # RoboTwin steps since each row's reset (the time limit)
         self._prev_success = np.zeros(b, dtype=bool)
@@ -112,7 +115,35 @@ class RoboTwinEnv(BatchedEnv):
             )
         return ids.astype(np.int64)
 
+    # ------------------------------------------------------------------ offload (between rollout phases)
+    @property
+    def offloaded(self) -> bool:
+        """Whether RoboTwin's process is stopped (`offload()`) and not yet rebuilt."""
+        return self.venv is None and not self._closed
+
+    def simulator_pids(self) -> list[int]:
+        """Process id of RoboTwin's child process (empty while offloaded)."""
+        return [] if self.venv is None or self.venv.closed else [int(self.venv.pid)]
+
+    def offload(self) -> None:
+        """Close RoboTwin's envs and end its process (its renderer and GPU memory go with it); a no-op when already
+        offloaded or closed. The start-state generator and episode counters stay here; episodes in flight end, so
+        the next call must be `reset()` (which rebuilds first): every start is RoboTwin's seed of its
+        reset_state_id, so a rebuild followed by the same `reset()` gives the same episodes."""
+        if self.venv is None or self._closed:
+            return
+        self.venv.close()
+        self.venv = None
+
+    def onload(self) -> None:
+        """Start RoboTwin's process again after `offload()` (no-op when resident); `reset()` comes next."""
+        if self.venv is not None or self._closed:
+            return
+        self.venv = RoboTwinProcess(self.opts, n_envs=self.num_envs, env_seeds=self._build_seeds)
+        self._needs_reset = True
+
     def _reset_rows(self, rows: np.ndarray, ids: np.ndarray) -> Obs:
+        assert self.venv is not None, "onload() first"
         raw = self.venv.reset([int(r) for r in rows], [self.robotwin_seed(int(i)) for i in ids])
         self._steps[rows] = 0
         self._prev_success[rows] = False
@@ -123,6 +154,7 @@ class RoboTwinEnv(BatchedEnv):
         self, seed: int | None = None, reset_state_ids: Sequence[int] | np.ndarray | None = None
     ) -> Obs:
         """Reset all rows (see BatchedEnv.reset); `use_fixed_reset_state_ids` shares draws within groups."""
+        self.onload()  # offloaded: rebuild first
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         if reset_state_ids is None:
@@ -133,6 +165,7 @@ class RoboTwinEnv(BatchedEnv):
         else:
             ids = self._check_ids(reset_state_ids)
         obs = self._reset_rows(np.arange(self.num_envs), ids)
+        self._needs_reset = False
         self.episodes.start(obs)
         if self.video is not None:
             self.video.start(obs["images"])
@@ -142,6 +175,12 @@ class RoboTwinEnv(BatchedEnv):
         """Step through actions [B, C, 14] (see BatchedEnv.chunk_step)."""
         episodes = self.episodes
         obs = final_obs = episodes.last_obs()
+        venv = self.venv
+        if venv is None or self._needs_reset:
+            raise RuntimeError(
+                "RoboTwinEnv.chunk_step after offload(): the episodes in flight ended with RoboTwin's process; "
+                "call reset() first"
+            )
         acts = check_actions(
             actions, num_envs=self.num_envs, action_dim=self.action_dim, low=self.action_low,
             high=self.action_high, out_of_range=self.cfg.action_out_of_range, tolerance=self.cfg.action_tolerance,
@@ -161,7 +200,7 @@ class RoboTwinEnv(BatchedEnv):
             live = ~episodes.held & ~ended
             if not live.any():
                 break  # every row ended in this chunk: the remaining actions are ignored
-            raw, _, term, trunc, infos = self.venv.step(acts[:, first:end])
+            raw, _, term, trunc, infos = venv.step(acts[:, first:end])
             term, trunc = _flags(term, b), _flags(trunc, b)
             succ = np.array(
                 [

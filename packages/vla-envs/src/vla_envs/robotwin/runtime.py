@@ -140,6 +140,11 @@ class RoboTwinProcess:
         return self._call("step", actions)
 
     @property
+    def pid(self) -> int:
+        """The child process's id."""
+        return int(self._proc.pid)
+
+    @property
     def closed(self) -> bool:
         return self._closed
 

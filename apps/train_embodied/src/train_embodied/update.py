@@ -16,13 +16,7 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, OptimSection
 from train_embodied.numerics import finite_optimizer_step
-from train_embodied.sharding import (
-    SampleLayout,
-    all_reduce_sums,
-    clip_grad_norm,
-    minibatch_share,
-    num_micro_batches,
-)
+from train_embodied.sharding import SampleLayout, minibatch_share, num_micro_batches
 from vla_algos import (
     advantages_per_ratio,
     entry_weights,
@@ -30,6 +24,7 @@ from vla_algos import (
     reduce_logprobs,
     total_weight,
 )
+from vla_infra import all_reduce_sums, clip_grad_norm
 
 
 @dataclass(frozen=True)

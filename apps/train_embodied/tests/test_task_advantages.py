@@ -94,7 +94,8 @@ import torch
 
 from rollout_fixture import ALGOS, rollout
 from train_embodied.advantages import compute_advantages
-from train_embodied.sharding import all_reduce_sum, rank_task_groups
+from train_embodied.sharding import rank_task_groups
+from vla_infra import all_reduce_sum
 from vla_infra.fsdp import spawn_local_group
 
 TASKS = {tasks!r}

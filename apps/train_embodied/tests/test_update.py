@@ -202,6 +202,77 @@ def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weight
         assert results[1][key] == pytest.approx(results[16][key], rel=1e-4, abs=1e-7), key
 
 
+@pytest.mark.parametrize("logprob_type", ["token_level", "chunk_level"])
+def test_micro_batch_gradients_add_up_to_the_whole_minibatchs(logprob_type: str, monkeypatch) -> None:
+    """One minibatch of 16 samples in micro-batches of 1, 2 and 16: each micro-batch's loss is
+    `sum(w * loss) / minibatch weight sum`, so the accumulated gradients (policy, entropy, KL and critic terms;
+    episode weights and unexecuted actions) equal the whole minibatch's within 1e-6, and its weight sums are computed
+    once per minibatch, however many micro-batches it has."""
+    from train_embodied import update
+
+    g = torch.Generator().manual_seed(3)
+    action_mask = torch.ones(N, 2, dtype=torch.bool)
+    action_mask[: N // 3, 1] = False
+    algo = AlgorithmSection(update_epoch=1, logprob_type=logprob_type, kl_beta=0.5, entropy_bonus=0.1)
+    policy, batch = _policy_and_batch(num_action_chunks=2)
+    policy.double()  # float64 weights: batched matmuls of other sizes round alike to well under 1e-6
+    batch = dataclasses.replace(
+        batch,
+        sample_weight=torch.linspace(0.1, 1.9, N)[torch.randperm(N, generator=g)],
+        action_mask=action_mask,
+        advantages=torch.randn(N, 2, generator=g) * action_mask,
+    )
+    minibatch = torch.randperm(N, generator=g)[:16]
+    with torch.no_grad():  # a reference away from the policy, so the KL term has a gradient
+        reference = frozen_copy(policy)
+        for p in reference.parameters():
+            p.add_(0.01 * torch.randn(p.shape, generator=g))
+    ref_logprobs = update.reference_logprobs(reference, batch, minibatch, 16)
+    calls = []
+    weight_sums = update.minibatch_weight_sums
+    monkeypatch.setattr(
+        update, "minibatch_weight_sums", lambda *a, **k: calls.append(1) or weight_sums(*a, **k)
+    )
+    grads = {}
+    for micro in (1, 2, 16):
+        s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
+        policy.zero_grad(set_to_none=True)
+        before = len(calls)
+        metrics = update.minibatch_gradients(
+            policy, batch, minibatch, s, whole=batch, ref_logprobs=ref_logprobs
+        )
+        assert len(calls) == before + 1  # once per minibatch: not per micro-batch
+        assert metrics["train/actor/kl_loss"] > 0 and metrics["train/critic/value_loss"] > 0
+        grads[micro] = {k: p.grad.clone() for k, p in policy.named_parameters() if p.grad is not None}
+    assert grads[16] and any(float(v.abs().max()) > 0 for v in grads[16].values())
+    for micro in (1, 2):
+        assert grads[micro].keys() == grads[16].keys()
+        for k, v in grads[16].items():
+            torch.testing.assert_close(grads[micro][k], v, atol=1e-6, rtol=0, msg=f"{micro}: {k}")
+
+
+def test_weight_sums_and_metric_sums_once_per_minibatch(monkeypatch) -> None:
+    """`ppo_update` computes each minibatch's weight sums once (from the whole rollout's loss weights, which every
+    rank holds: no collective) and reduces its metrics over the ranks once: 3 minibatches of 16 in 48 micro-batches
+    make 3 of each."""
+    from train_embodied import update
+
+    counts = {"minibatch_weight_sums": 0, "all_reduce_sums": 0}
+    for name in counts:
+        original = getattr(update, name)
+
+        def counted(*a, _original=original, _name=name, **k):
+            counts[_name] += 1
+            return _original(*a, **k)
+
+        monkeypatch.setattr(update, name, counted)
+    policy, batch = _policy_and_batch()
+    algo = AlgorithmSection(update_epoch=1)
+    s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 1, 16)
+    _, steps = _update(policy, batch, s)
+    assert steps == 3 and counts == {"minibatch_weight_sums": 3, "all_reduce_sums": 3}
+
+
 def _warmup_actor():
     """An ActorWorker with a 10-step lr warmup; each update of `_policy_and_batch()`'s batch takes 6 steps."""
     from train_embodied.workers import ActorWorker

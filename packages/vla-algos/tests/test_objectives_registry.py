@@ -171,12 +171,13 @@ def test_register_refuses_duplicates_and_adds_new_names():
         del POLICY_LOSSES["test_only_loss"]
 
 
-def test_entropy_bonus_scales_and_warmup_compose_the_loss():
+def test_entropy_bonus_weight_sums_and_warmup_compose_the_loss():
     b = batch()
     entropy = torch.rand(4, 2, generator=torch.Generator().manual_seed(3), requires_grad=True)
     plain, _ = actor_loss(**b, **CLIP)
+    # 3 kept samples x 6 tokens = 18 policy entries, 8 entropy entries: weight sums of half of them double the terms
     loss, metrics = actor_loss(
-        **b, **CLIP, entropy=entropy, entropy_coef=0.1, policy_scale=2.0, entropy_scale=0.5
+        **b, **CLIP, entropy=entropy, entropy_coef=0.1, weight_sum=9.0, entropy_weight_sum=16.0
     )
     torch.testing.assert_close(loss, 2.0 * plain - 0.1 * 0.5 * entropy.mean())
     torch.testing.assert_close(metrics["actor/entropy_loss"], 0.5 * entropy.mean().detach())
@@ -204,14 +205,15 @@ def test_a_new_estimator_is_one_registered_function():
 
 @pytest.mark.parametrize("objective", [actor_loss, actor_critic_loss])
 def test_kl_term_adds_the_masked_reference_penalty(objective):
-    """`ref_logprobs` adds kl_coef x the masked mean of `kl_penalty` (scaled by `policy_scale`), with a
-    gradient towards the reference, and is reported as actor/kl_loss before kl_coef."""
+    """`ref_logprobs` adds kl_coef x the masked mean of `kl_penalty` (normalised by `weight_sum` like the policy
+    term), with a gradient towards the reference, and is reported as actor/kl_loss before kl_coef."""
     from vla_algos import kl_penalty, masked_mean
 
     b = batch()
     ref = b["old_logprobs"] + 0.3 * torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(1))
-    with_kl, metrics = objective(**b, **CLIP, ref_logprobs=ref, kl_coef=0.5, kl_kind="k2", policy_scale=0.5)
-    plain_scaled, _ = objective(**b, **CLIP, policy_scale=0.5)
+    # 18 kept entries: a weight sum of 36 halves the policy and KL terms
+    with_kl, metrics = objective(**b, **CLIP, ref_logprobs=ref, kl_coef=0.5, kl_kind="k2", weight_sum=36.0)
+    plain_scaled, _ = objective(**b, **CLIP, weight_sum=36.0)
     expected_kl = masked_mean(kl_penalty(b["logprobs"], ref, "k2"), b["mask"]) * 0.5
     torch.testing.assert_close(with_kl, plain_scaled + 0.5 * expected_kl)
     torch.testing.assert_close(metrics["actor/kl_loss"], expected_kl.detach())
@@ -231,3 +233,83 @@ def test_kl_term_adds_the_masked_reference_penalty(objective):
     # a critic warm-up trains no policy: the KL term adds nothing then
     frozen, _ = objective(**b, **CLIP, ref_logprobs=ref, kl_coef=1.0, train_policy=False)
     torch.testing.assert_close(frozen, objective(**b, **CLIP, train_policy=False)[0])
+
+
+@pytest.mark.parametrize("logprob_level", ["token", "action", "chunk"])
+def test_micro_batches_normalised_by_the_minibatch_weight_sum_add_up_to_it(logprob_level: str):
+    """verl's form: each part's terms are `sum(w * x) / W` with W the whole minibatch's `total_weight`, computed
+    once. Split into parts of 1, 2 and all samples, the losses, metrics and gradients add up to the whole's (its
+    weighted mean) within 1e-6: episode weights, unexecuted actions, entropy, KL and critic terms."""
+    from vla_algos import entry_weights, total_weight
+
+    g = torch.Generator().manual_seed(7)
+    n, c, a = 6, 2, 3
+    lp = torch.randn(n, c, a, generator=g)
+    lp = {"token": lp, "action": lp.sum(-1), "chunk": lp.sum((-2, -1))}[logprob_level]
+    old = lp + 0.2 * torch.randn(lp.shape, generator=g)
+    ref = lp + 0.3 * torch.randn(lp.shape, generator=g)
+    adv = torch.randn(n, generator=g)
+    action_mask = torch.rand(n, c, generator=g) < 0.7
+    action_mask[:, 0] = True
+    sample_weight = torch.rand(n, generator=g) + 0.1
+    entropy = torch.rand(n, c, a, generator=g)
+    values, old_values, returns = (torch.randn(n, generator=g) for _ in range(3))
+
+    mask = entry_weights(sample_weight, action_mask, ndim=lp.ndim)
+    sums = {
+        "weight_sum": total_weight(mask, lp.shape),
+        "entropy_weight_sum": total_weight(action_mask, entropy.shape),
+        "value_weight_sum": total_weight(None, values.shape),
+    }
+
+    def run(parts, **norm):
+        leaves = [x.clone().requires_grad_() for x in (lp, entropy, values)]
+        total, metrics = 0.0, {}
+        for idx in parts:
+            loss, m = actor_critic_loss(
+                logprobs=leaves[0][idx],
+                old_logprobs=old[idx],
+                advantages=adv[idx],
+                mask=entry_weights(sample_weight[idx], action_mask[idx], ndim=lp.ndim),
+                **CLIP,
+                entropy=leaves[1][idx],
+                entropy_mask=action_mask[idx],
+                entropy_coef=0.1,
+                ref_logprobs=ref[idx],
+                kl_coef=0.5,
+                values=leaves[2][idx],
+                old_values=old_values[idx],
+                returns=returns[idx],
+                value_clip=0.3,
+                **norm,
+            )
+            total = total + loss
+            for k, v in m.items():
+                metrics[k] = metrics.get(k, 0.0) + v
+        total.backward()
+        metrics.pop("critic/explained_variance")
+        return total.detach(), metrics, [x.grad for x in leaves]
+
+    whole_loss, whole_metrics, whole_grads = run([torch.arange(n)])  # the plain weighted means
+    for size in (1, 2, n):
+        parts = list(torch.arange(n).split(size))
+        loss, metrics, grads = run(parts, **sums)
+        torch.testing.assert_close(loss, whole_loss, atol=1e-6, rtol=1e-6)
+        for k, v in whole_metrics.items():
+            torch.testing.assert_close(metrics[k], v, atol=1e-6, rtol=1e-6, msg=k)
+        for got, want in zip(grads, whole_grads):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_total_weight_counts_every_entry_a_mask_covers():
+    from vla_algos import agg_loss, total_weight
+
+    assert float(total_weight(None, (4, 2, 3))) == 24.0
+    mask = torch.tensor([[1.0, 0.0], [0.5, 0.5]])
+    assert float(total_weight(mask, (2, 2, 3))) == 6.0  # each action's weight over its 3 tokens
+    with pytest.raises(ValueError, match="leading part"):
+        total_weight(mask, (2, 3))
+    x = torch.ones(2, 2, 3)
+    assert float(agg_loss(x, mask, weight_sum=12.0)) == 0.5
+    assert float(agg_loss(x, mask)) == 1.0  # no weight sum: the masked mean
+    assert float(agg_loss(x, torch.zeros(2, 2), weight_sum=0.0)) == 0.0  # nothing to average: 0, not NaN

@@ -30,3 +30,9 @@ def test_readme_reuse_example_runs(capsys):
     assert "actor/entropy_loss" in printed and "critic/value_loss" in printed
     assert namespace["logprobs"].grad is not None  # type: ignore[attr-defined]
     assert namespace["weights"] is not None  # seq-mean-token-mean gives per-decision weights
+
+
+def test_readme_micro_batch_example_runs(capsys):
+    """Micro-batches normalised by their minibatch's weight sum accumulate its gradient."""
+    exec(compile(_blocks()[2], str(README), "exec"), {})
+    assert capsys.readouterr().out.strip() == "tensor(True)"

@@ -96,6 +96,9 @@ def _full_grads(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+CLIP_NORM = 0.5  # below the gradient norm of the first batch: clipping changes the gradient
+
+
 def fsdp_job(rank: int, world_size: int, out_dir: str) -> None:
     """Two-rank FSDP2 scenarios; rank r writes its findings to ``out_dir/rank{r}.pt``."""
     from vla_infra.fsdp import FSDPConfig, apply_fsdp2, full_state_dict
@@ -185,6 +188,22 @@ def fsdp_job(rank: int, world_size: int, out_dir: str) -> None:
     res["ckpt_grad_keys_match"] = g_plain.keys() == g_ckpt.keys()
     res["ckpt_grad_max_diff"] = max((g_plain[k] - g_ckpt[k]).abs().max().item() for k in g_plain)
     res["ckpt_blocks_patched"] = sum(getattr(m, "_vla_checkpointed", False) for m in ckpt.modules())
+
+    # 5b) vla_infra.dist on this group: object gathers, sums, and clipping by the norm of the whole sharded gradient
+    from vla_infra.dist import all_reduce_sum, all_reduce_sums, clip_grad_norm, gather_objects, is_distributed
+
+    whole = copy.deepcopy(init)
+    lm_loss(whole, batches[0]).backward()
+    res["clip_norm_reference"] = float(torch.nn.utils.clip_grad_norm_(whole.parameters(), CLIP_NORM))
+    res["clip_norm"] = float(clip_grad_norm(list(plain.parameters()), CLIP_NORM))
+    clipped = _full_grads(plain)
+    res["clip_grads_max_diff"] = max(
+        (clipped[n] - p.grad).abs().max().item() for n, p in whole.named_parameters()
+    )
+    res["is_distributed"] = is_distributed()
+    res["gathered"] = gather_objects((rank, [rank] * (rank + 1)))
+    res["summed"] = all_reduce_sum(torch.tensor([rank + 1.0, 2.0]))
+    res["sums"] = all_reduce_sums({"b": 0.5, "a": float(rank + 1)})
 
     bf16 = apply_fsdp2(
         copy.deepcopy(init), FSDPConfig(wrap_classes=("Block",), param_dtype="bf16", reduce_dtype="fp32")

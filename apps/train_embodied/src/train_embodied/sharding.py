@@ -4,7 +4,7 @@ The actor group has one process per rank (`cluster.component_placement`, Ray bac
 data-parallel share of the rollout (whole env rows; `train_embodied.trajectories`). The ranks exchange the small
 per-sample loss masks and weights (`SampleLayout`), so all of them draw the same minibatches of the whole rollout
 with the same shuffle seed, exactly as one process would; rank r trains on the minibatch's samples it holds. With
-one rank nothing here changes the single-process arithmetic.
+one rank nothing here changes the single-process arithmetic. The collectives themselves are `vla_infra.dist`'s.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from train_embodied.advantages import task_groups
+from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import FSDPSection
+from train_embodied.numerics import nonfinite_inputs
+from vla_infra import gather_objects
 
 #: `actor.fsdp_config.sharding_strategy` -> FSDP2 `reshard_after_forward` (ZeRO-3 / ZeRO-2).
 RESHARD_AFTER_FORWARD = {"full_shard": True, "shard_grad_op": False}
@@ -87,60 +89,97 @@ class SampleLayout:
     action_mask: torch.Tensor | None
 
 
-def gather_objects(value: Any) -> list[Any]:
-    """`value` of every rank of the default process group, in rank order (`[value]` without a group)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return [value]
-    out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, value)
-    return out
-
-
 def rank_task_groups(task_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(group of each of this rank's rows [b], number of groups) for `algorithm.per_task_advantages`, numbered by the
     sorted distinct task ids of every rank's rows: the same numbering on every rank (a collective)."""
     return task_groups(task_ids, torch.cat(gather_objects(task_ids)))
 
 
-def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
-    """`value` summed over the ranks of the default process group (a CPU tensor in and out)."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return value
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    out = value.detach().to(device).clone()
-    dist.all_reduce(out, op=dist.ReduceOp.SUM)
-    return out.cpu()
+@dataclass
+class RankSamples:
+    """One rank's flattened samples of the rollout ([T * b], time-major), as the other ranks need them to lay out
+    the whole rollout (`sample_layout`): its first env row (its rows are contiguous), its number of rows, and each
+    sample's loss mask [T * b], `loss_agg_mode` weight [T * b] (or None) and executed actions [T * b, C] (or None)."""
+
+    first_row: int
+    num_rows: int
+    mask: torch.Tensor
+    sample_weight: torch.Tensor | None
+    action_mask: torch.Tensor | None
 
 
-def sample_layout(
-    first_row: int, num_steps: int, mask: torch.Tensor, sample_weight: Any, action_mask: Any
-) -> SampleLayout:
-    """The layout of the whole rollout, from every rank's share (a collective: every rank calls it).
-
-    Args:
-        first_row: the first env row this rank holds (its rows are contiguous).
-        num_steps: T, the same on every rank.
-        mask, sample_weight, action_mask: this rank's flattened samples ([T * b], [T * b], [T * b, C]).
-    """
-    parts = gather_objects((first_row, len(mask) // max(num_steps, 1), mask, sample_weight, action_mask))
-    total = sum(p[1] for p in parts)
+def sample_layout(parts: list[RankSamples], num_steps: int) -> SampleLayout:
+    """The layout of the whole rollout from every rank's `RankSamples` (in rank order; num_steps: T, the same on
+    every rank)."""
+    total = sum(p.num_rows for p in parts)
     n = num_steps * total
+    first = parts[0]
     owner = torch.empty(n, dtype=torch.long)
     local = torch.empty(n, dtype=torch.long)
     g_mask = torch.empty(n, dtype=torch.bool)
-    g_weight = None if parts[0][3] is None else torch.empty(n, dtype=parts[0][3].dtype)
-    g_action = None if parts[0][4] is None else torch.empty(n, *parts[0][4].shape[1:], dtype=torch.bool)
+    g_weight = None if first.sample_weight is None else torch.empty(n, dtype=first.sample_weight.dtype)
+    g_action = (
+        None if first.action_mask is None else torch.empty(n, *first.action_mask.shape[1:], dtype=torch.bool)
+    )
     t = torch.arange(num_steps)[:, None]
-    for rank, (start, rows, m, w, a) in enumerate(parts):
-        where = (t * total + start + torch.arange(rows)[None, :]).reshape(-1)  # sample t * B + b of row b
+    for rank, p in enumerate(parts):
+        where = (t * total + p.first_row + torch.arange(p.num_rows)[None, :]).reshape(-1)  # sample t * B + b
         owner[where] = rank
         local[where] = torch.arange(len(where))
-        g_mask[where] = m
+        g_mask[where] = p.mask
         if g_weight is not None:
-            g_weight[where] = w
+            g_weight[where] = p.sample_weight
         if g_action is not None:
-            g_action[where] = a
+            g_action[where] = p.action_mask
     return SampleLayout(owner=owner, local=local, mask=g_mask, sample_weight=g_weight, action_mask=g_action)
+
+
+@dataclass
+class RankSummary:
+    """What an actor rank tells the others about its share of a rollout before the update, in one gather
+    (`vla_infra.gather_objects`).
+
+    Attributes:
+        stats, stat_weights: its rollout statistics and how many entries each averages (`combine_rank_stats`).
+        nonfinite: its update inputs that hold NaN/inf (`numerics.nonfinite_inputs`): any rank's skip every rank.
+        samples: where its samples are in the whole rollout, with their loss weights (`sample_layout`).
+        critic: the recorded values and the value targets of its loss samples ([n], [n]; the critic's explained
+            variance over the whole rollout), or None without a critic.
+    """
+
+    stats: dict[str, float]
+    stat_weights: dict[str, float]
+    nonfinite: list[str]
+    samples: RankSamples
+    critic: tuple[torch.Tensor, torch.Tensor] | None
+
+
+def rank_summary(
+    samples: SampleBatch,
+    stats: dict[str, float],
+    stat_weights: dict[str, float],
+    *,
+    first_row: int,
+    num_steps: int,
+) -> RankSummary:
+    """This rank's `RankSummary` of its flattened samples ([T * b], `num_steps` = T) and their statistics."""
+    m = samples.mask
+    critic = None
+    if samples.old_values is not None and samples.returns is not None:
+        critic = (samples.old_values[m], samples.returns[m])
+    return RankSummary(
+        stats=stats,
+        stat_weights=stat_weights,
+        nonfinite=nonfinite_inputs(samples),
+        samples=RankSamples(
+            first_row=first_row,
+            num_rows=len(m) // max(num_steps, 1),
+            mask=m,
+            sample_weight=samples.sample_weight,
+            action_mask=samples.action_mask,
+        ),
+        critic=critic,
+    )
 
 
 def minibatch_share(minibatch: torch.Tensor, layout: SampleLayout | None, rank: int) -> torch.Tensor:
@@ -158,39 +197,6 @@ def num_micro_batches(minibatch: torch.Tensor, layout: SampleLayout | None, micr
         return math.ceil(len(minibatch) / micro_batch_size)
     counts = torch.bincount(layout.owner[minibatch], minlength=1)
     return math.ceil(int(counts.max()) / micro_batch_size)
-
-
-def all_reduce_sums(values: dict[str, float]) -> dict[str, float]:
-    """Sum `values` over the ranks of the default process group (every rank must pass the same keys).
-
-    The sum travels as one float64 tensor on the group's device: the CPU for gloo, this process's GPU for nccl
-    (nccl has no CPU collectives).
-    """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return values
-    keys = sorted(values)
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
-    packed = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=device)
-    dist.all_reduce(packed, op=dist.ReduceOp.SUM)
-    return dict(zip(keys, packed.cpu().tolist()))
-
-
-def clip_grad_norm(params: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """`torch.nn.utils.clip_grad_norm_` that also works on FSDP2 (DTensor) gradients.
-
-    The total norm of sharded gradients is a partial DTensor; `full_tensor()` reduces it over the ranks, so every
-    rank clips with the norm of the whole gradient. On plain tensors this is exactly `clip_grad_norm_` (which is
-    `get_total_norm` followed by `clip_grads_with_norm_`).
-
-    Returns:
-        The total gradient norm before clipping (a plain 0-d tensor).
-    """
-    grads = [p.grad for p in params if p.grad is not None]
-    total = torch.nn.utils.get_total_norm(grads, 2.0)
-    if hasattr(total, "full_tensor"):
-        total = total.full_tensor()
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
-    return total
 
 
 def save_unsharded(policy: nn.Module, weights: dict[str, torch.Tensor], path: str) -> None:

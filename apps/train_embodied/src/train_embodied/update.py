@@ -16,20 +16,15 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, OptimSection
 from train_embodied.numerics import finite_optimizer_step
-from train_embodied.sharding import (
-    SampleLayout,
-    all_reduce_sums,
-    clip_grad_norm,
-    minibatch_share,
-    num_micro_batches,
-)
+from train_embodied.sharding import SampleLayout, minibatch_share, num_micro_batches
 from vla_algos import (
     advantages_per_ratio,
+    entry_weights,
     get_policy_loss,
     reduce_logprobs,
-    sample_loss_weights,
-    weight_share,
+    total_weight,
 )
+from vla_infra import all_reduce_sums, clip_grad_norm
 
 
 @dataclass(frozen=True)
@@ -159,31 +154,18 @@ def ppo_update(
             mb = perm[start : start + s.global_batch_size]
             optimizer.zero_grad(set_to_none=True)
             set_warmup_lr(optimizer, start_step + steps, s.lr_warmup_steps if train_policy else 0, lr_scale)
-            acc: dict[str, float] = {}
-            share = minibatch_share(mb, layout, rank)
-            sources = _LossWeights(
-                None if whole.sample_weight is None else whole.sample_weight[mb],
-                None if whole.action_mask is None else whole.action_mask[mb],
-                len(mb),
+            acc = minibatch_gradients(
+                policy,
+                batch,
+                mb,
+                s,
+                whole=whole,
+                train_policy=train_policy,
+                rank=rank,
+                world_size=world_size,
+                layout=layout,
+                ref_logprobs=ref_logprobs,
             )
-            for i in range(num_micro_batches(mb, layout, s.micro_batch_size)):
-                micro = share[i * s.micro_batch_size : (i + 1) * s.micro_batch_size]
-                padding = len(micro) == 0  # FSDP: every rank runs as many passes; this one counts for nothing
-                # FSDP averages gradients over ranks: x world_size makes the result the full-minibatch mean
-                weight = 0.0 if padding else len(micro) * world_size / len(mb)
-                pad = torch.zeros(1, dtype=torch.long)  # any sample of this rank's batch (weight 0)
-                loss, metrics = _micro_loss(
-                    policy,
-                    batch,
-                    pad if padding else micro,
-                    s,
-                    train_policy=train_policy,
-                    minibatch=sources,
-                    ref_logprobs=ref_logprobs,
-                )
-                (loss * weight).backward()
-                for k, v in metrics.items():
-                    acc[k] = acc.get(k, 0.0) + (0.0 if padding else float(v) * (len(micro) / len(mb)))
             acc = all_reduce_sums(acc)
             params = [p for g in optimizer.param_groups for p in g["params"]]
             grad_norm = clip_grad_norm(params, s.clip_grad if s.clip_grad > 0 else float("inf"))
@@ -244,13 +226,84 @@ def reference_logprobs(
 
 
 @dataclass(frozen=True)
-class _LossWeights:
-    """What the loss weights of a set of samples derive from: `loss_agg_mode` weights [n] (or None), executed
-    actions [n, C] (or None), and n."""
+class WeightSums:
+    """The normalisers of one minibatch's loss terms: the `vla_algos.total_weight` of all its samples' entries
+    under each term's weights. A micro-batch's term is `sum(w * x) / weight sum`, so the micro-batches (and ranks)
+    of a minibatch add up to its weighted mean, whatever the split."""
 
-    sample_weight: torch.Tensor | None
-    action_mask: torch.Tensor | None
-    size: int
+    policy: float  # the policy and KL terms: `loss_agg_mode` weights x executed actions, per log-prob entry
+    entropy: float  # the entropy bonus: executed actions, per (reduced) entropy entry
+    value: float  # the critic: one value per sample
+
+
+def minibatch_weight_sums(
+    whole: Any, minibatch: torch.Tensor, s: UpdateSettings, entry_shape: tuple[int, ...]
+) -> WeightSums:
+    """The `WeightSums` of `minibatch` (sample indices of `whole`: the rollout, or its `SampleLayout` on a sharded
+    actor, which holds every sample's loss weights: every rank computes the same sums, no collective needed).
+
+    Args:
+        entry_shape: [C, A], the shape of one sample's token log-probs (and entropies).
+    """
+    sample_weight = None if whole.sample_weight is None else whole.sample_weight[minibatch]
+    action_mask = None if whole.action_mask is None else whole.action_mask[minibatch]
+    n = len(minibatch)
+    one = torch.zeros(1, *entry_shape)
+    policy_shape = (n, *reduce_logprobs(one, s.logprob_type).shape[1:])
+    entropy_shape = (n, *reduce_logprobs(one, s.entropy_type).shape[1:])
+    policy = entry_weights(sample_weight, action_mask, ndim=len(policy_shape))
+    entropy = entry_weights(None, action_mask, ndim=len(entropy_shape))
+    return WeightSums(
+        policy=float(total_weight(policy, policy_shape)),
+        entropy=float(total_weight(entropy, entropy_shape)),
+        value=float(n),
+    )
+
+
+def minibatch_gradients(
+    policy: Any,
+    batch: SampleBatch,
+    minibatch: torch.Tensor,
+    s: UpdateSettings,
+    *,
+    whole: Any,
+    train_policy: bool = True,
+    rank: int = 0,
+    world_size: int = 1,
+    layout: SampleLayout | None = None,
+    ref_logprobs: torch.Tensor | None = None,
+) -> dict[str, float]:
+    """Accumulate the gradient of one minibatch's loss into the parameters' `.grad`, in micro-batches of
+    `s.micro_batch_size` of this rank's samples of it (arguments as `ppo_update`'s; `minibatch`: sample indices of
+    `whole`, the rollout or its layout).
+
+    The minibatch's `WeightSums` are computed once; each micro-batch's loss is `sum(w * loss) / weight sum`.
+
+    Returns:
+        This rank's part of the minibatch's metrics: summed over the ranks (`all_reduce_sums`), those of the whole
+        minibatch.
+    """
+    sums = minibatch_weight_sums(whole, minibatch, s, tuple(batch.old_logprobs.shape[1:]))
+    share = minibatch_share(minibatch, layout, rank)
+    acc: dict[str, float] = {}
+    for i in range(num_micro_batches(minibatch, layout, s.micro_batch_size)):
+        micro = share[i * s.micro_batch_size : (i + 1) * s.micro_batch_size]
+        padding = len(micro) == 0  # FSDP: every rank runs as many passes; this one counts for nothing
+        pad = torch.zeros(1, dtype=torch.long)  # any sample of this rank's batch (weight 0)
+        loss, metrics = _micro_loss(
+            policy,
+            batch,
+            pad if padding else micro,
+            s,
+            weight_sums=sums,
+            train_policy=train_policy,
+            ref_logprobs=ref_logprobs,
+        )
+        # FSDP averages the gradients over the ranks: x world_size makes them the sum of the ranks' parts
+        (loss * (0.0 if padding else float(world_size))).backward()
+        for k, v in metrics.items():  # every rank reports the same keys (the sums over ranks need them)
+            acc[k] = acc.get(k, 0.0) + (0.0 if padding else float(v))
+    return acc
 
 
 def set_warmup_lr(optimizer: torch.optim.Optimizer, step: int, warmup_steps: int, scale: float = 1.0) -> None:
@@ -285,12 +338,12 @@ def _micro_loss(
     idx: torch.Tensor,
     s: UpdateSettings,
     *,
+    weight_sums: WeightSums,
     train_policy: bool = True,
-    minibatch: _LossWeights,
     ref_logprobs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The loss of micro-batch `idx` (indices of `batch`), scaled to its share of the minibatch whose loss
-    weights are `minibatch` (those of all the minibatch's samples, known on every rank)."""
+    """The loss of micro-batch `idx` (indices of `batch`): each term's weighted sum over the micro-batch, divided by
+    its minibatch's weight sum (`weight_sums`), so the micro-batches of a minibatch add up to its loss."""
     loss_fn = get_policy_loss(s.loss_type)
     fi = {k: v[idx] for k, v in batch.forward_inputs.items()}
     logprobs, entropy, values = policy.evaluate(fi, compute_values=loss_fn.uses_critic)
@@ -305,38 +358,12 @@ def _micro_loss(
     # actions after an episode's end inside a chunk were never executed: no ratio, no entropy for them
     action_mask = rows(batch.action_mask) if batch.action_mask is not None else None
     adv = advantages_per_ratio(rows(batch.advantages), new_lp.ndim, action_mask)
-    lp_mask = action_mask if action_mask is not None and new_lp.ndim >= 2 else None
-    if (
-        batch.sample_weight is not None
-    ):  # loss_agg_mode weights: per-decision, e.g. every episode counts the same
-        w = rows(batch.sample_weight)
-        w = w.reshape(w.shape + (1,) * (lp_mask.ndim - 1)) * lp_mask if lp_mask is not None else w
-        lp_mask = w
-    # the loss is a (weighted) mean over this micro-batch and the caller scales by len(micro) / len(mb):
-    # the shares make the micro-batches (and ranks) add up to the mean over the whole minibatch, whatever
-    # the split (exactly 1 with a full mask)
-    here = _LossWeights(
-        None if batch.sample_weight is None else batch.sample_weight[idx],
-        None if batch.action_mask is None else batch.action_mask[idx],
-        len(idx),
-    )
-    policy_share = entropy_share = None
-    if lp_mask is not None:
-        per_action = lp_mask.ndim >= 2
-        policy_share = weight_share(
-            *(
-                sample_loss_weights(w.sample_weight, w.action_mask, per_action=per_action, num=w.size)
-                for w in (here, minibatch)
-            )
-        ).to(dev)
+    # loss_agg_mode weights: per-decision, e.g. every episode counts the same
+    sample_weight = rows(batch.sample_weight) if batch.sample_weight is not None else None
+    lp_mask = entry_weights(sample_weight, action_mask, ndim=new_lp.ndim)
     # entropy_type: the entropy bonus is the mean of per-token entropies, or of their sums per action or per chunk
     entropy_all = reduce_logprobs(entropy.float(), s.entropy_type)
-    entropy_mask = action_mask if entropy_all.ndim >= 2 else None
-    if (
-        entropy_mask is not None and here.action_mask is not None and minibatch.action_mask is not None
-    ):  # entropy: mean over executed actions
-        counts = [w.action_mask.flatten(1).sum(-1).float() for w in (here, minibatch)]  # type: ignore[union-attr]
-        entropy_share = weight_share(*counts).to(dev)
+    entropy_mask = entry_weights(None, action_mask, ndim=entropy_all.ndim)
     critic = {}
     if loss_fn.uses_critic:
         assert batch.old_values is not None and batch.returns is not None, (
@@ -360,8 +387,9 @@ def _micro_loss(
         entropy=entropy_all,
         entropy_mask=entropy_mask,
         entropy_coef=s.entropy_bonus,
-        policy_scale=policy_share,
-        entropy_scale=entropy_share,
+        weight_sum=weight_sums.policy,
+        entropy_weight_sum=weight_sums.entropy,
+        value_weight_sum=weight_sums.value,
         train_policy=train_policy,
         ref_logprobs=ref_lp,
         kl_coef=s.kl_beta,

@@ -24,7 +24,7 @@ from train_embodied.config.sections import (
     OptimSection,
     RolloutSection,
 )
-from train_embodied.numerics import SKIPPED_MINIBATCHES, nonfinite_inputs
+from train_embodied.numerics import SKIPPED_MINIBATCHES
 from train_embodied.policy_io import (
     build_optimizer,
     build_policy_for_run,
@@ -34,8 +34,7 @@ from train_embodied.policy_io import (
 )
 from train_embodied.seeds import rank_seed, row_seed
 from train_embodied.sharding import (
-    all_reduce_sum,
-    gather_objects,
+    rank_summary,
     rank_task_groups,
     sample_layout,
     save_unsharded,
@@ -62,8 +61,10 @@ from vla_infra import (
     WeightReceiver,
     WeightSender,
     Worker,
+    all_reduce_sum,
     concat_values,
     find_free_port,
+    gather_objects,
     is_offloaded,
     offload_env,
     register,
@@ -630,29 +631,30 @@ class ActorWorker(Worker):
         """
         parts = channel.get_batch(int(num_parts), key=self.rank, timeout=600.0)
         batch = assemble_rollout(shard, [piece for part in parts for piece in part])
+        # collectives before the update: the task groups' numbering (the advantages need it), the whitening sums
+        # inside compute_advantages (they need the groups), then one gather of every rank's summary
         groups = None
         if self.sharded and self.algorithm.per_task_advantages != "none" and batch.task_ids is not None:
             groups = rank_task_groups(batch.task_ids)  # per-task statistics over every rank's rows
         adv = compute_advantages(
             batch, self.algorithm, all_reduce=all_reduce_sum if self.sharded else None, task_groups=groups
         )
-        stats = combine_rank_stats(gather_objects((adv.stats, adv.stat_weights)))
         samples = flatten_for_update(batch, adv)
-        bad = sorted({name for names in gather_objects(nonfinite_inputs(samples)) for name in names})
+        t = batch.rewards.shape[0]
+        summary = rank_summary(
+            samples, adv.stats, adv.stat_weights, first_row=int(shard.rows[0]), num_steps=t
+        )
+        summaries = gather_objects(summary)  # the one gather of this update
+        stats = combine_rank_stats([(r.stats, r.stat_weights) for r in summaries])
+        bad = sorted({name for r in summaries for name in r.nonfinite})
         if bad:  # NaN/inf advantages or returns would reach the weights: skip this update (on every rank)
             return {SKIPPED_MINIBATCHES: 1.0, **stats}, bad
-        layout = None
-        if self.sharded:
-            t = batch.rewards.shape[0]
-            first = int(shard.rows[0])
-            layout = sample_layout(first, t, samples.mask, samples.sample_weight, samples.action_mask)
+        layout = sample_layout([r.samples for r in summaries], t) if self.sharded else None
         metrics = self._train(samples, seed, train_policy, layout, lr_scale)
-        if samples.returns is not None and samples.old_values is not None:
-            m = samples.mask
-            pairs = gather_objects((samples.old_values[m], samples.returns[m]))
-            values = torch.cat([p[0] for p in pairs])
-            returns = torch.cat([p[1] for p in pairs])
-            # over the whole rollout (a micro-batch's can be NaN)
+        critic = [r.critic for r in summaries if r.critic is not None]
+        if critic:  # over the whole rollout (a micro-batch's can be NaN)
+            values = torch.cat([c[0] for c in critic])
+            returns = torch.cat([c[1] for c in critic])
             metrics["train/critic/explained_variance"] = float(explained_variance(values, returns))
         return {**metrics, **stats}, []
 

@@ -5,10 +5,11 @@ Plain tensors in and out, keyword-only hyper-parameters, time-major ``[T, B]`` u
 """
 
 from vla_algos.aggregation import (
+    agg_loss,
+    entry_weights,
     episode_mean_weights,
-    sample_loss_weights,
     token_mean_weights,
-    weight_share,
+    total_weight,
 )
 from vla_algos.estimators import (
     EstimatedAdvantages,
@@ -73,6 +74,7 @@ __all__ = [
     "actor_critic_loss",
     "actor_loss",
     "advantages_per_ratio",
+    "agg_loss",
     "chunk_done",
     "chunk_dones",
     "chunk_rewards",
@@ -81,6 +83,7 @@ __all__ = [
     "compute_gae_loop",
     "compute_grpo_advantages",
     "entropy_loss",
+    "entry_weights",
     "episode_mean_weights",
     "executed_action_mask",
     "explained_variance",
@@ -107,8 +110,7 @@ __all__ = [
     "register_policy_loss",
     "rollout_action_mask",
     "rollout_advantages",
-    "sample_loss_weights",
     "token_mean_weights",
+    "total_weight",
     "value_loss",
-    "weight_share",
 ]

@@ -8,15 +8,20 @@ weight of each loss entry of a decision (``entries``: how many loss entries each
 actions when the ratio is taken per action; None: one each); register a new one with
 :func:`vla_algos.register_loss_agg_mode`.
 
-A minibatch may be split into micro-batches (and ranks); :func:`weight_share` rescales each part's weighted
-mean so that the parts add up to the weighted mean over the whole minibatch.
+A minibatch may be split into micro-batches (and ranks). Each part's loss is ``sum(w * loss) / W`` (verl's
+``agg_loss`` form, :func:`agg_loss`), where ``W`` (:func:`total_weight`) is the weight of the whole minibatch's loss
+entries, computed once per minibatch: the parts then add up to the weighted mean over the whole minibatch, whatever
+the split.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from vla_algos._checks import check_bool, check_same_shape
+from vla_algos.masked import masked_mean, masked_sum
 
 
 def token_mean_weights(
@@ -71,34 +76,78 @@ def episode_mean_weights(
     return weights * (count.sum() / total) if total > 0 else weights
 
 
-def sample_loss_weights(
-    sample_weight: torch.Tensor | None, action_mask: torch.Tensor | None, *, per_action: bool, num: int
-) -> torch.Tensor:
-    """Total loss weight of each of ``num`` samples ``[num]``.
+def entry_weights(
+    sample_weight: torch.Tensor | None, action_mask: torch.Tensor | None, *, ndim: int
+) -> torch.Tensor | None:
+    """The loss mask of ``n`` samples' per-entry losses of ``ndim`` dims (``[n]``, ``[n, C]`` or ``[n, C, A]``).
 
     Args:
-        sample_weight: float ``[num]`` per-sample weights of the aggregation mode, or None (1 each).
-        action_mask: bool ``[num, C, ...]`` actions the env executed, or None.
-        per_action: the ratio is taken per action or token: the action mask then weighs every action.
-        num: number of samples.
-    """
-    w = sample_weight.float() if sample_weight is not None else torch.ones(num)
-    if per_action and action_mask is not None:
-        w = w * action_mask.flatten(1).sum(-1).float()
-    return w
-
-
-def weight_share(here: torch.Tensor, whole: torch.Tensor) -> torch.Tensor:
-    """``mean(here) / mean(whole)``: a micro-batch's share of its minibatch's loss weight, per sample.
-
-    A micro-batch's weighted mean times ``len(micro) / len(minibatch)`` times this share is its part of the
-    minibatch's weighted mean: the parts add up to ``sum(w * loss) / sum(w)`` whatever the split.
-
-    Args:
-        here: ``[n]`` loss weights of the micro-batch's samples (:func:`sample_loss_weights`).
-        whole: ``[m]`` loss weights of the minibatch's samples.
+        sample_weight: float ``[n]`` the ``loss_agg_mode`` weight of each loss entry of a sample, or None (1 each).
+        action_mask: bool ``[n, C]`` actions the env executed, or None (all of them). Used when the entries are
+            per action or per token (``ndim >= 2``); a chunk-level entry (``ndim == 1``) has no actions to mask.
+        ndim: dims of the per-entry losses (e.g. of the log-probs after :func:`vla_algos.reduce_logprobs`).
 
     Returns:
-        0-d tensor (exactly 1 when all weights are equal).
+        ``[n]`` or ``[n, C]`` (a leading part of the entries' shape: it weighs every token of an action alike), or
+        None when every entry weighs 1.
     """
-    return (here.sum() / len(here)) / (whole.sum() / len(whole)).clamp_min(torch.finfo(whole.dtype).tiny)
+    mask = action_mask if action_mask is not None and ndim >= 2 else None
+    if sample_weight is not None:
+        w = sample_weight
+        mask = w.reshape(w.shape + (1,) * (mask.ndim - 1)) * mask if mask is not None else w
+    return mask
+
+
+def total_weight(mask: torch.Tensor | None, shape: tuple[int, ...] | torch.Size) -> torch.Tensor:
+    """The weight of loss entries of shape ``shape`` under ``mask``: the ``weight_sum`` of :func:`agg_loss`.
+
+    Computed once per minibatch from every sample's mask, it normalises each micro-batch's (and rank's) weighted
+    sum, so that the parts add up to the minibatch's weighted mean.
+
+    Args:
+        mask: ``shape`` or a leading part of it (bool or float weights; broadcast over the trailing dims, e.g.
+            an action's weight over its tokens), or None: every entry weighs 1.
+        shape: the shape of the loss entries, e.g. ``[n, C, A]`` for n samples' token log-probs.
+
+    Returns:
+        0-d float32 tensor (on ``mask``'s device).
+    """
+    if mask is None:
+        return torch.tensor(float(math.prod(shape)))
+    if tuple(mask.shape) != tuple(shape[: mask.ndim]):
+        raise ValueError(
+            f"total_weight: `mask` has shape {tuple(mask.shape)}, which must equal `shape` {tuple(shape)} or a "
+            "leading part of it"
+        )
+    return mask.to(torch.float32).sum() * math.prod(shape[mask.ndim :])
+
+
+def agg_loss(
+    loss: torch.Tensor, mask: torch.Tensor | None = None, *, weight_sum: torch.Tensor | float | None = None
+) -> torch.Tensor:
+    """``sum(mask * loss) / weight_sum``: a part's contribution to a weighted mean over a larger set of entries.
+
+    verl's ``agg_loss`` with the aggregation mode carried by the weights (``token-mean``: 0/1 masks,
+    ``seq-mean-token-mean``: :func:`episode_mean_weights`) and a global normaliser: with ``weight_sum`` the
+    :func:`total_weight` of the whole minibatch, the micro-batches' (and ranks') results add up to the minibatch's
+    weighted mean, and their gradients to its gradient.
+
+    Args:
+        loss: ``[*S]`` per-entry values.
+        mask: ``[*S]`` or a leading part of it (bool or float weights), or None: every entry weighs 1.
+        weight_sum: the normaliser, or None: this call's own weight (the plain weighted mean,
+            :func:`vla_algos.masked_mean`).
+
+    Returns:
+        0-d tensor (with grad when ``loss`` has one).
+    """
+    if weight_sum is None:
+        return masked_mean(loss, mask)
+    tiny = torch.finfo(
+        loss.dtype
+    ).tiny  # a weight sum of 0 has nothing to average: 0, not NaN (as masked_mean)
+    if isinstance(weight_sum, torch.Tensor):
+        weight_sum = weight_sum.to(loss.device, loss.dtype).clamp_min(tiny)
+    else:
+        weight_sum = max(float(weight_sum), tiny)
+    return masked_sum(loss, mask) / weight_sum

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from vla_algos.aggregation import agg_loss
 from vla_algos.kl import kl_penalty
-from vla_algos.masked import masked_mean
 from vla_algos.policy_loss import entropy_loss, ppo_actor_loss
 from vla_algos.value_loss import explained_variance, value_loss
 
@@ -31,8 +31,8 @@ def actor_loss(
     entropy: torch.Tensor | None = None,
     entropy_mask: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
-    policy_scale: torch.Tensor | float | None = None,
-    entropy_scale: torch.Tensor | float | None = None,
+    weight_sum: torch.Tensor | float | None = None,
+    entropy_weight_sum: torch.Tensor | float | None = None,
     train_policy: bool = True,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
@@ -44,6 +44,7 @@ def actor_loss(
     value_clip: float | None = None,
     huber_delta: float | None = None,
     value_coef: float = 1.0,
+    value_weight_sum: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clip policy loss minus an entropy bonus (``loss_type: actor``, GRPO). Critic arguments are
     accepted and ignored.
@@ -54,15 +55,18 @@ def actor_loss(
         entropy: per-entry entropy (with grad) for the bonus and the ``actor/entropy_loss`` metric, or None.
         entropy_mask: mask of ``entropy`` (as :func:`vla_algos.entropy_loss`).
         entropy_coef: weight of the entropy bonus (subtracted).
-        policy_scale, entropy_scale: factors applied to the policy term (and its metrics) and to the entropy
-            term: a micro-batch's share of its minibatch's loss weight (:func:`vla_algos.weight_share`), so
-            micro-batches add up to the minibatch mean. None: 1.
+        weight_sum, entropy_weight_sum: normalisers of the policy and KL terms (weights ``mask``) and of the
+            entropy term (weights ``entropy_mask``), as :func:`vla_algos.agg_loss`: each term is
+            ``sum(w * x) / weight_sum``. For one micro-batch of a minibatch, the :func:`vla_algos.total_weight` of
+            the whole minibatch's entries (computed once per minibatch), so that micro-batches (and ranks) add up
+            to the minibatch's weighted mean, loss, metrics and gradient alike. None: the masked means over these
+            entries.
         train_policy: False during a critic warm-up: the policy, entropy and KL terms give no gradient (their
             metrics are still returned).
         ref_logprobs: ``[*S]`` log-probs of the same entries under a frozen reference policy (e.g. the
             fine-tuning's starting point), or None: no KL term.
-        kl_coef: weight of the KL penalty ``masked_mean(kl_penalty(logprobs, ref_logprobs, kl_kind), mask)``
-            (added; scaled by ``policy_scale`` like the policy term, so micro-batches add up to the minibatch's).
+        kl_coef: weight of the KL penalty ``agg_loss(kl_penalty(logprobs, ref_logprobs, kl_kind), mask,
+            weight_sum=weight_sum)`` (added; normalised like the policy term).
         kl_kind: estimator of :func:`vla_algos.kl_penalty` (``k1``, ``k2``, ``k3``, ``abs``).
 
     Returns:
@@ -71,7 +75,7 @@ def actor_loss(
         ``actor/ratio``, with ``entropy`` ``actor/entropy_loss``, and with ``ref_logprobs`` ``actor/kl_loss``
         (the penalty's estimate of KL(policy || reference), before ``kl_coef``).
     """
-    del values, old_values, returns, value_mask, value_clip, huber_delta, value_coef
+    del values, old_values, returns, value_mask, value_clip, huber_delta, value_coef, value_weight_sum
     loss, metrics = ppo_actor_loss(
         logprobs,
         old_logprobs,
@@ -82,22 +86,16 @@ def actor_loss(
         dual_clip=dual_clip,
         clip_log_ratio_min=clip_log_ratio_min,
         clip_log_ratio_max=clip_log_ratio_max,
+        weight_sum=weight_sum,
     )
-    if policy_scale is not None:
-        loss = loss * policy_scale
-        metrics = {k: v * policy_scale for k, v in metrics.items()}
     out = {"actor/policy_loss": loss.detach()}
     out.update({f"actor/{k}": v for k, v in metrics.items()})
     if entropy is not None:
-        entropy_mean = entropy_loss(entropy, entropy_mask)
-        if entropy_scale is not None:
-            entropy_mean = entropy_mean * entropy_scale
+        entropy_mean = entropy_loss(entropy, entropy_mask, weight_sum=entropy_weight_sum)
         loss = loss - entropy_coef * entropy_mean
         out["actor/entropy_loss"] = entropy_mean.detach()
     if ref_logprobs is not None:
-        kl = masked_mean(kl_penalty(logprobs, ref_logprobs, kl_kind), mask)
-        if policy_scale is not None:
-            kl = kl * policy_scale
+        kl = agg_loss(kl_penalty(logprobs, ref_logprobs, kl_kind), mask, weight_sum=weight_sum)
         loss = loss + kl_coef * kl
         out["actor/kl_loss"] = kl.detach()
     if not train_policy:
@@ -119,8 +117,8 @@ def actor_critic_loss(
     entropy: torch.Tensor | None = None,
     entropy_mask: torch.Tensor | None = None,
     entropy_coef: float = 0.0,
-    policy_scale: torch.Tensor | float | None = None,
-    entropy_scale: torch.Tensor | float | None = None,
+    weight_sum: torch.Tensor | float | None = None,
+    entropy_weight_sum: torch.Tensor | float | None = None,
     train_policy: bool = True,
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
@@ -132,6 +130,7 @@ def actor_critic_loss(
     value_clip: float | None = None,
     huber_delta: float | None = None,
     value_coef: float = 1.0,
+    value_weight_sum: torch.Tensor | float | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """:func:`actor_loss` plus ``value_coef`` times the critic loss (``loss_type: actor_critic``, PPO).
 
@@ -142,6 +141,8 @@ def actor_critic_loss(
             ``mask`` may be per action or hold loss weights, the critic has one value per sample).
         value_clip, huber_delta: as :func:`vla_algos.value_loss`.
         value_coef: weight of the critic loss.
+        value_weight_sum: normaliser of the critic terms (weights ``value_mask``), as ``weight_sum`` for the
+            policy term; None: their masked mean.
 
     Returns:
         ``(loss, metrics)``: metrics of :func:`actor_loss` plus ``critic/value_loss``,
@@ -167,15 +168,21 @@ def actor_critic_loss(
         entropy=entropy,
         entropy_mask=entropy_mask,
         entropy_coef=entropy_coef,
-        policy_scale=policy_scale,
-        entropy_scale=entropy_scale,
+        weight_sum=weight_sum,
+        entropy_weight_sum=entropy_weight_sum,
         train_policy=train_policy,
         ref_logprobs=ref_logprobs,
         kl_coef=kl_coef,
         kl_kind=kl_kind,
     )
     critic, critic_metrics = value_loss(
-        values, old_values, returns, value_mask, value_clip=value_clip, huber_delta=huber_delta
+        values,
+        old_values,
+        returns,
+        value_mask,
+        value_clip=value_clip,
+        huber_delta=huber_delta,
+        weight_sum=value_weight_sum,
     )
     metrics["critic/value_loss"] = critic_metrics["value_loss"]
     metrics["critic/value_clip_ratio"] = critic_metrics["value_clip_ratio"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from vla_algos._checks import check_finite_where, check_float, check_same_shape, expand_leading
-from vla_algos.masked import masked_mean
+from vla_algos.aggregation import agg_loss
 
 
 def ppo_actor_loss(
@@ -19,9 +19,10 @@ def ppo_actor_loss(
     dual_clip: float | None = None,
     clip_log_ratio_min: float | None = None,
     clip_log_ratio_max: float | None = None,
+    weight_sum: torch.Tensor | float | None = None,
     check_finite: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO-clip surrogate loss, averaged over the masked entries.
+    """PPO-clip surrogate loss, averaged over the masked entries (or their part of a larger set's average).
 
     With ``ratio = exp(logprobs - old_logprobs)`` the per-entry loss is
     ``max(-A * ratio, -A * clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high))``; with ``dual_clip = c``
@@ -40,11 +41,15 @@ def ppo_actor_loss(
         dual_clip: ``c > 1`` or None.
         clip_log_ratio_min, clip_log_ratio_max: bounds of ``logprobs - old_logprobs`` before the exponential (None:
             unbounded): a far-off log-prob cannot overflow the ratio; outside the bounds the entry gets no gradient.
+        weight_sum: the normaliser of the loss and the metrics, ``sum(mask * x) / weight_sum``
+            (:func:`vla_algos.agg_loss`): the :func:`vla_algos.total_weight` of the whole minibatch when these
+            entries are one micro-batch of it. None: the masked mean over these entries.
         check_finite: raise ``ValueError`` on NaN/inf in any input.
 
     Returns:
         ``(loss, metrics)``: ``loss`` a 0-d tensor with grad. ``metrics`` maps to 0-d *detached tensors* on
-        the input device (call ``float()`` when logging; no host sync here), all masked means:
+        the input device (call ``float()`` when logging; no host sync here), all masked means (normalised by
+        ``weight_sum`` when given):
 
         - ``approx_kl``: ``(ratio - 1) - log(ratio)`` (k3 estimator of KL(old || new), >= 0)
         - ``clip_fraction``: share of entries where the clipped term is the active (larger) one
@@ -92,26 +97,34 @@ def ppo_actor_loss(
         per_entry = torch.where(adv < 0, torch.minimum(per_entry, cap), per_entry)
     else:
         dual_active = torch.zeros_like(per_entry, dtype=torch.bool)
-    loss = masked_mean(per_entry, mask)
+    loss = agg_loss(per_entry, mask, weight_sum=weight_sum)
 
     with torch.no_grad():
         metrics = {
-            "approx_kl": masked_mean(torch.expm1(log_ratio) - log_ratio, mask),
-            "clip_fraction": masked_mean((loss_clipped > loss_unclipped).to(ratio.dtype), mask),
-            "clipped_ratio": masked_mean(clipped_ratio, mask),
-            "dual_clip_fraction": masked_mean(dual_active.to(ratio.dtype), mask),
-            "ratio": masked_mean(ratio, mask),
+            "approx_kl": agg_loss(torch.expm1(log_ratio) - log_ratio, mask, weight_sum=weight_sum),
+            "clip_fraction": agg_loss(
+                (loss_clipped > loss_unclipped).to(ratio.dtype), mask, weight_sum=weight_sum
+            ),
+            "clipped_ratio": agg_loss(clipped_ratio, mask, weight_sum=weight_sum),
+            "dual_clip_fraction": agg_loss(dual_active.to(ratio.dtype), mask, weight_sum=weight_sum),
+            "ratio": agg_loss(ratio, mask, weight_sum=weight_sum),
         }
     return loss, {k: v.detach() for k, v in metrics.items()}
 
 
-def entropy_loss(entropy: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def entropy_loss(
+    entropy: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    weight_sum: torch.Tensor | float | None = None,
+) -> torch.Tensor:
     """Masked mean policy entropy (the ``entropy_loss`` metric); subtract ``coef * entropy_loss`` from the loss
     to encourage exploration.
 
     Args:
         entropy: ``[*S]`` per-entry entropy (with grad).
         mask: ``[*S]`` or a leading part of it; None = all entries.
+        weight_sum: normaliser of the masked sum (:func:`vla_algos.agg_loss`); None: the masked mean.
 
     Returns:
         0-d tensor with grad.
@@ -119,4 +132,4 @@ def entropy_loss(entropy: torch.Tensor, mask: torch.Tensor | None = None) -> tor
     check_float("entropy_loss", "entropy", entropy)
     if mask is not None:
         mask = expand_leading("entropy_loss", "mask", mask, entropy, "entropy")
-    return masked_mean(entropy, mask)
+    return agg_loss(entropy, mask, weight_sum=weight_sum)

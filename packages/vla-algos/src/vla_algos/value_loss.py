@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from vla_algos._checks import check_finite_where, check_float, check_same_shape, expand_leading
+from vla_algos.aggregation import agg_loss
 from vla_algos.masked import masked_mean
 
 
@@ -23,6 +24,7 @@ def value_loss(
     *,
     value_clip: float | None = None,
     huber_delta: float | None = None,
+    weight_sum: torch.Tensor | float | None = None,
     check_finite: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Regression of ``values`` onto ``returns``, PPO-style pessimistic clipping.
@@ -39,6 +41,9 @@ def value_loss(
         mask: ``[*S]`` or a leading part of it; None = all entries.
         value_clip: ``eps > 0`` or None (no clipping).
         huber_delta: ``delta > 0`` or None (squared error).
+        weight_sum: normaliser of the loss and the metrics, ``sum(mask * x) / weight_sum``
+            (:func:`vla_algos.agg_loss`), e.g. the minibatch's entries when these are one micro-batch of it.
+            None: the masked mean over these entries.
         check_finite: raise ``ValueError`` on NaN/inf in masked-in entries.
 
     Returns:
@@ -68,9 +73,9 @@ def value_loss(
         loss_clipped = _elementwise(returns - values_clipped, huber_delta)
         per_entry = torch.maximum(loss_unclipped, loss_clipped)
         clip_active = loss_clipped > loss_unclipped
-    loss = masked_mean(per_entry, mask)
+    loss = agg_loss(per_entry, mask, weight_sum=weight_sum)
     metrics = {
-        "value_clip_ratio": masked_mean(clip_active.to(values.dtype), mask).detach(),
+        "value_clip_ratio": agg_loss(clip_active.to(values.dtype), mask, weight_sum=weight_sum).detach(),
         "value_loss": loss.detach(),
     }
     return loss, metrics

@@ -1,4 +1,5 @@
-"""Placement, worker groups (local and Ray), channels, offload, FSDP2, weight sync, checkpoints, metric loggers.
+"""Placement, worker groups (local and Ray), channels, collectives (`dist`), offload, FSDP2, weight sync,
+checkpoints, metric loggers.
 
 Public names are imported lazily (on first access), so that an optional dependency of one module
 (e.g. ``ray`` for :class:`RayBackend`) never breaks the others.
@@ -87,6 +88,13 @@ _EXPORTS.update(
         "checkpoint_tensor_shapes": "vla_infra.checkpoint",
         "CheckpointError": "vla_infra.checkpoint",
         "CheckpointSaveError": "vla_infra.checkpoint",
+        # collectives over the default process group (identities without one)
+        "gather_objects": "vla_infra.dist",
+        "all_reduce_sum": "vla_infra.dist",
+        "all_reduce_sums": "vla_infra.dist",
+        "clip_grad_norm": "vla_infra.dist",
+        "is_distributed": "vla_infra.dist",
+        "collective_device": "vla_infra.dist",
         # metric logging
         "MetricLogger": "vla_infra.logging",
         "StepTimer": "vla_infra.logging",

@@ -1,5 +1,4 @@
-"""Metric reduction of a sharded actor over nccl (two GPUs): the sum must run on the GPU, nccl has no CPU
-collectives."""
+"""`vla_infra.dist` sums over nccl (two GPUs): they must run on the GPU, nccl has no CPU collectives."""
 
 from __future__ import annotations
 
@@ -17,13 +16,18 @@ pytestmark = [
 
 # spawn_local_group pickles its function by name: run it from a script (importable as __main__ in the children)
 SCRIPT = """
-from train_embodied.sharding import all_reduce_sums
+import torch
+
+from vla_infra.dist import all_reduce_sum, all_reduce_sums, gather_objects
 from vla_infra.fsdp import spawn_local_group
 
 
 def reduce(rank, world_size):
     out = all_reduce_sums({"a": float(rank + 1), "b": 0.5})
     assert out == {"a": 3.0, "b": 1.0}, out
+    total = all_reduce_sum(torch.tensor([rank + 1.0]))
+    assert total.device.type == "cpu" and total.tolist() == [3.0], total
+    assert gather_objects(rank) == [0, 1]
 
 
 if __name__ == "__main__":
@@ -32,7 +36,7 @@ if __name__ == "__main__":
 """
 
 
-def test_metrics_are_summed_over_nccl_ranks(tmp_path: Path) -> None:
+def test_sums_and_gathers_over_nccl_ranks(tmp_path: Path) -> None:
     script = tmp_path / "reduce_nccl.py"
     script.write_text(SCRIPT)
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)

@@ -54,13 +54,14 @@ from vla_algos.registry import (
     register_loss_agg_mode,
     register_policy_loss,
 )
-from vla_algos.rollout_advantages import RolloutAdvantages, rollout_advantages
+from vla_algos.rollout_advantages import GROUP_MODES, RolloutAdvantages, rollout_advantages
 from vla_algos.value_loss import explained_variance, value_loss
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "GROUP_MODES",
     "KL_KINDS",
     "LOGPROB_LEVELS",
     "LOSS_AGG_MODES",

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vla_envs.evaluation import TaskGrouping
-from vla_envs.registry import EnvAdapter, register_adapter
+from vla_envs.registry import EnvAdapter, TaskGrouping, register_adapter
 
 #: How the reference LIBERO table titles each suite, in its column order.
 LIBERO_SUITE_LABELS: dict[str, str] = {

@@ -8,8 +8,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from vla_envs.evaluation import TaskGrouping
-from vla_envs.registry import EnvAdapter, ScriptedDemos, register_adapter
+from vla_envs.registry import EnvAdapter, ScriptedDemos, TaskGrouping, register_adapter
 
 
 def put_on_plate_grouping(tasks: Sequence[str]) -> TaskGrouping:

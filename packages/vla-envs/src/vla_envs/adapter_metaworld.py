@@ -7,8 +7,7 @@ import argparse
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from vla_envs.evaluation import TaskGrouping
-from vla_envs.registry import EnvAdapter, ScriptedDemos, register_adapter
+from vla_envs.registry import EnvAdapter, ScriptedDemos, TaskGrouping, register_adapter
 
 if TYPE_CHECKING:
     from vla_envs.config import EnvConfig

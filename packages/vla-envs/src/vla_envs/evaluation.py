@@ -9,12 +9,19 @@ kinds of summary; `task_grouping` gives each env type's grouping (from its adapt
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from vla_envs.registry import get_adapter
+from vla_envs.registry import TaskGrouping, get_adapter
+
+__all__ = [
+    "TaskGrouping",
+    "evaluation_table",
+    "format_evaluation_tables",
+    "iter_reset_state_batches",
+    "task_grouping",
+]
 
 
 def iter_reset_state_batches(num_reset_states: int, num_envs: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -34,25 +41,6 @@ def iter_reset_state_batches(num_reset_states: int, num_envs: int) -> Iterator[t
         valid = np.ones(num_envs, dtype=bool)
         valid[len(ids) :] = False
         yield np.concatenate([ids, np.zeros(num_envs - len(ids), dtype=np.int64)]), valid
-
-
-@dataclass(frozen=True)
-class TaskGrouping:
-    """Which group each task belongs to, the groups' order and their titles in the result table.
-
-    Attributes:
-        groups: task name -> group name (empty: the env type has no grouping; the table has tasks only).
-        order: Group names in table column order.
-        labels: group name -> column title.
-    """
-
-    groups: dict[str, str] = field(default_factory=dict)
-    order: list[str] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dict (picklable, JSON-friendly)."""
-        return {"groups": dict(self.groups), "order": list(self.order), "labels": dict(self.labels)}
 
 
 def task_grouping(env_type: str, tasks: Sequence[str]) -> TaskGrouping:

@@ -14,14 +14,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vla_envs.base import BatchedEnv
     from vla_envs.config import EnvConfig
-    from vla_envs.evaluation import TaskGrouping
 
 Factory = Callable[["EnvConfig"], "BatchedEnv"]
 TaskLister = Callable[[], list[str]]
@@ -37,6 +36,25 @@ def resolve_ref(ref: Any) -> Any:
     if not sep or not attr:
         raise ValueError(f"{ref!r} is not a 'module:attr' reference")
     return getattr(importlib.import_module(module_name), attr)
+
+
+@dataclass(frozen=True)
+class TaskGrouping:
+    """Which group each task belongs to, the groups' order and their titles in the result table.
+
+    Attributes:
+        groups: task name -> group name (empty: the env type has no grouping; the table has tasks only).
+        order: Group names in table column order.
+        labels: group name -> column title.
+    """
+
+    groups: dict[str, str] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dict (picklable, JSON-friendly)."""
+        return {"groups": dict(self.groups), "order": list(self.order), "labels": dict(self.labels)}
 
 
 @dataclass(frozen=True)
@@ -100,8 +118,6 @@ class EnvAdapter:
     def grouping(self, tasks: Sequence[str]) -> TaskGrouping:
         """The result-table grouping of `tasks` (an empty `TaskGrouping` without a grouping function)."""
         if self.task_grouping is None:
-            from vla_envs.evaluation import TaskGrouping
-
             return TaskGrouping()
         return resolve_ref(self.task_grouping)(list(tasks))  # type: ignore[no-any-return]
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from vla_algos import (
     ADVANTAGE_ESTIMATORS,
+    GROUP_MODES,
     KL_KINDS,
     LOGPROB_LEVELS,
     LOSS_AGG_MODES,
@@ -23,7 +24,6 @@ from vla_algos import (
     get_advantage_estimator,
     get_policy_loss,
 )
-from vla_algos.rollout_advantages import GROUP_MODES
 
 # Names of vla_algos: the registries are read when a config is checked, so an estimator, loss or aggregation mode
 # registered after import is accepted, and every check below asks the registered entry's properties, not its name.

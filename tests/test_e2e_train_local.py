@@ -39,6 +39,7 @@ REFERENCE_METRICS = [
     "env/lost_episodes",
     "env/restart_time_s",
     "time/step",
+    "time/sync_weights",
     "time/generate_rollouts",
     "time/actor_update",
 ]

@@ -38,6 +38,7 @@ from train_embodied.trajectories import rollout_rows, rollout_shard
 from train_embodied.update import lr_decay_scale
 from vla_algos import get_advantage_estimator, get_policy_loss
 from vla_envs import TaskGrouping, evaluation_table, format_evaluation_tables, reset_state_ids
+from vla_infra import StepTimer
 
 
 def set_torch_threads(num_threads: int) -> None:
@@ -289,68 +290,66 @@ def run(tc: TrainConfig) -> dict[str, Any]:
         for epoch in epochs:
             if runner.max_steps > 0 and state.get("global_step", 0) >= runner.max_steps:
                 break
-            t_epoch = time.time()
-            timings: dict[str, float] = {}
+            t_epoch = time.perf_counter()
+            timer = StepTimer()  # time/<phase> seconds of this iteration
             # ---- 0. weight sync: actor -> rollout
-            t0 = time.time()
-            if epoch % runner.weight_sync_interval == 0 or epoch == state["epoch"]:
-                _sync_weights(w, state)
-            timings["time/sync_weights"] = time.time() - t0
+            with timer("sync_weights"):
+                if epoch % runner.weight_sync_interval == 0 or epoch == state["epoch"]:
+                    _sync_weights(w, state)
 
             # ---- 1. rollout: envs start from start states seeded by (seed, epoch), so resume replays exactly;
             # `rollout_epoch` rollouts per iteration, side by side as one batch for the update
-            t0 = time.time()
-            w.rollout.set_global_step(epoch)  # schedules over training (pi0's noise annealing) read it
-            for group in w.env_train:
-                group.set_iteration(epoch)  # names this iteration's video files
-            for _attempt in range(1 + w.max_restarts):
-                restarts = w.rollout.num_restarts
-                w.rollout.clear_trajectories()
-                rollouts = [
-                    _collect(tc, w, estimator, loss, epoch, r, num_decisions)
-                    for r in range(algo.rollout_epoch)
-                ]
-                if w.rollout.num_restarts == restarts:
-                    break
-                # a replaced rollout rank lost the decisions it recorded: collect this iteration again (its env
-                # resets and sampling are seeded, so nothing else changes)
-                print(
-                    f"[rollout] epoch {epoch + 1}: a rollout rank was replaced mid-rollout; collecting again"
-                )
-            batch = concat_rollouts(rollouts)  # the env side; the rollout ranks hold the model side
-            w.rollout.offload()  # rollout.enable_offload: free the device for the update (else a no-op)
-            for group in w.env_train:  # env.train.enable_offload: stop the simulators until the next rollout
-                group.offload()
-            state["env_steps"] += batch.env_steps
-            timings["time/generate_rollouts"] = time.time() - t0
+            with timer("generate_rollouts"):
+                w.rollout.set_global_step(epoch)  # schedules over training (pi0's noise annealing) read it
+                for group in w.env_train:
+                    group.set_iteration(epoch)  # names this iteration's video files
+                for _attempt in range(1 + w.max_restarts):
+                    restarts = w.rollout.num_restarts
+                    w.rollout.clear_trajectories()
+                    rollouts = [
+                        _collect(tc, w, estimator, loss, epoch, r, num_decisions)
+                        for r in range(algo.rollout_epoch)
+                    ]
+                    if w.rollout.num_restarts == restarts:
+                        break
+                    # a replaced rollout rank lost the decisions it recorded: collect this iteration again (its env
+                    # resets and sampling are seeded, so nothing else changes)
+                    print(
+                        f"[rollout] epoch {epoch + 1}: a rollout rank was replaced mid-rollout; collecting again"
+                    )
+                batch = concat_rollouts(rollouts)  # the env side; the rollout ranks hold the model side
+                w.rollout.offload()  # rollout.enable_offload: free the device for the update (else a no-op)
+                # env.train.enable_offload: stop the simulators until the next rollout
+                for group in w.env_train:
+                    group.offload()
+                state["env_steps"] += batch.env_steps
 
             # ---- 2. + 3. each actor rank gets its whole env rows (GRPO groups never cut): the rollout ranks hand
             # it the model side directly, the driver its share of the env side; advantages (the `adv_type`
             # estimator of vla_algos) and the `loss_type` update over minibatches run there
-            t0 = time.time()
-            shard = rollout_shard(batch, split_unit=algo.group_size if estimator.grouped_starts else 1)
-            w.rollout.hand_over(w.trajectory_channel, w.actor_rows(shard))
-            train_policy = epoch >= algo.critic_warmup_epochs  # warm-up: value loss only
-            train_metrics, bad_inputs = w.actor.train_on_rollout(
-                shard,
-                w.trajectory_channel,
-                w.rollout.world_size,
-                stream_seed(runner.seed, seeds.UPDATE_SHUFFLE, epoch),
-                train_policy=train_policy,
-                lr_scale=lr_decay_scale(
-                    optim.lr_decay_style, epoch, runner.max_epochs, optim.min_lr / optim.lr
-                ),
-            )
-            why = (
-                "NaN/inf in " + ", ".join(bad_inputs)
-                if bad_inputs
-                else "NaN/inf loss or gradients in every minibatch"
-            )
-            skipped = train_metrics.get(SKIPPED_MINIBATCHES, 0.0) >= 1.0
-            train_metrics[SKIPPED_UPDATE] = float(skipped)
-            skips.record(epoch + 1, skipped, why)
-            state["global_step"] = int(w.actor.global_steps())
-            timings["time/actor_update"] = time.time() - t0
+            with timer("actor_update"):
+                shard = rollout_shard(batch, split_unit=algo.group_size if estimator.grouped_starts else 1)
+                w.rollout.hand_over(w.trajectory_channel, w.actor_rows(shard))
+                train_policy = epoch >= algo.critic_warmup_epochs  # warm-up: value loss only
+                train_metrics, bad_inputs = w.actor.train_on_rollout(
+                    shard,
+                    w.trajectory_channel,
+                    w.rollout.world_size,
+                    stream_seed(runner.seed, seeds.UPDATE_SHUFFLE, epoch),
+                    train_policy=train_policy,
+                    lr_scale=lr_decay_scale(
+                        optim.lr_decay_style, epoch, runner.max_epochs, optim.min_lr / optim.lr
+                    ),
+                )
+                why = (
+                    "NaN/inf in " + ", ".join(bad_inputs)
+                    if bad_inputs
+                    else "NaN/inf loss or gradients in every minibatch"
+                )
+                skipped = train_metrics.get(SKIPPED_MINIBATCHES, 0.0) >= 1.0
+                train_metrics[SKIPPED_UPDATE] = float(skipped)
+                skips.record(epoch + 1, skipped, why)
+                state["global_step"] = int(w.actor.global_steps())
             if train_metrics.get("rollout/kept_group_fraction", 1.0) == 0.0 and not warned_no_groups:
                 warned_no_groups = True
                 mean_score = train_metrics.get("rollout/scores_mean", float("nan"))
@@ -364,7 +363,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 )
 
             # ---- 4. log
-            timings["time/step"] = time.time() - t_epoch
+            timings = {**timer.metrics(), "time/step": time.perf_counter() - t_epoch}
             metrics = {**train_metrics, **env_metrics(batch), **env_fault_metrics(w), **timings}
             metrics.update(rollout_episode_metrics(batch))  # the reference documents' rollout/env names
             metrics["env/env_steps"] = float(state["env_steps"])

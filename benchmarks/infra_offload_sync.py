@@ -4,8 +4,8 @@ Prints, for a model of ``--mb`` MiB of fp32 parameters (plus grads and AdamW sta
 
 - offload: ``offload_module + offload_optimizer + reload_*`` time over the time of cloning the same tensors
   twice (the copy each direction must do at least). Bound: ratio <= 3.
-- weight sync: ``WeightSync.sync()`` over ``TorchDistributedTransport`` (2 processes, gloo on 127.0.0.1) over
-  one raw ``dist.broadcast`` of a flat buffer with the same bytes (the transport's floor). Bound: ratio <= 1.3.
+- weight sync: ``WeightSync.send`` / ``receive`` over their peer group (2 processes, gloo on 127.0.0.1) over one
+  raw ``dist.broadcast`` of a flat buffer with the same bytes (the transport's floor). Bound: ratio <= 1.3.
 
 Usage: ``python benchmarks/infra_offload_sync.py [--mb 64] [--repeats 5]`` (needs vla-infra importable).
 """
@@ -25,7 +25,8 @@ from torch import nn
 
 from vla_infra.fsdp import spawn_local_group
 from vla_infra.offload import offload_module, offload_optimizer, reload_module, reload_optimizer
-from vla_infra.weight_sync import TorchDistributedTransport, WeightSync
+from vla_infra.weight_sync import WeightSync
+from vla_infra.workers.worker import find_free_port
 
 
 def make_model(mb: int) -> nn.Module:
@@ -59,19 +60,17 @@ def bench_offload(mb: int, repeats: int) -> tuple[float, float]:
 def sync_job(rank: int, world_size: int, mb: int, repeats: int, out: str) -> None:
     torch.manual_seed(rank)
     model = make_model(mb)
-    transport = TorchDistributedTransport(src=0)
-    sync = (
-        WeightSync(actor_model=model, transport=transport)
-        if rank == 0
-        else WeightSync(rollout_model=model, transport=transport)
-    )
+    box = [find_free_port() if rank == 0 else 0]
+    dist.broadcast_object_list(box, src=0)
+    sync = WeightSync.sender(model, rank=0) if rank == 0 else WeightSync.receiver(model, rank=0)
+    sync.join("127.0.0.1", box[0], world_size=2)
     nbytes = sum(p.numel() * 4 for p in model.parameters())
     flat = torch.zeros(nbytes, dtype=torch.uint8)
     ours, peer = [], []
-    for _ in range(repeats):
+    for version in range(1, repeats + 1):
         dist.barrier()
         t0 = time.perf_counter()
-        sync.sync()
+        sync.send(version) if rank == 0 else sync.receive(version)
         dist.barrier()
         ours.append(time.perf_counter() - t0)
         t0 = time.perf_counter()

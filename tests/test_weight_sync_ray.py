@@ -56,7 +56,7 @@ def test_rollout_ranks_hold_the_actors_weights_bit_for_bit_and_refuse_stale(tmp_
         with pytest.raises(StaleWeightsError, match="not newer"):
             w.sync_weights(2)
         # the peer group rebuilt (what a replaced rollout process needs), then a full sync reaches every rank
-        w.connect_weight_sync()
+        w.weights.connect()
         assert w.sync_weights(3) == first
         assert all(state_dicts_equal(actor, w.rollout.execute_rank(r, "state_dict")) for r in range(2))
     assert not ray.is_initialized()

@@ -1,8 +1,13 @@
-"""Weight sync actor -> rollout: in-process transport and a torch.distributed broadcast across processes."""
+"""The actor -> rollout weight protocol: its parts in one process, `WeightSync` across two processes over a real
+gloo peer group, and `WeightSyncCoordinator` on real worker groups (in one process; on Ray with a rollout worker
+killed and replaced)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -11,17 +16,22 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny_transformer_jobs as helpers
+import weight_sync_workers
+from weight_sync_workers import TinyActor, TinyRollout
 
+from vla_infra import LocalBackend, WorkerGroup
 from vla_infra.weight_sync import (
-    InProcessTransport,
+    PeerGroup,
     StaleWeightsError,
+    TorchDistributedTransport,
     WeightReceiver,
     WeightSender,
     WeightSync,
+    WeightSyncCoordinator,
     WeightUpdate,
-    check_staleness,
     state_dicts_equal,
 )
+from vla_infra.workers.worker import find_free_port
 
 
 def _models() -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -32,128 +42,53 @@ def _models() -> tuple[torch.nn.Module, torch.nn.Module]:
     return actor, rollout
 
 
-def test_full_sync_in_process_copies_weights_and_increments_version() -> None:
-    actor, rollout = _models()
-    assert not state_dicts_equal(actor.state_dict(), rollout.state_dict())
-    sync = WeightSync(actor_model=actor, rollout_model=rollout)
-    assert sync.sync() == 1
-    assert state_dicts_equal(actor.state_dict(), rollout.state_dict())
-    helpers.train_reference(actor, helpers.make_batches(1, 4))
-    assert not state_dicts_equal(actor.state_dict(), rollout.state_dict())
-    assert sync.sync() == 2
-    assert state_dicts_equal(actor.state_dict(), rollout.state_dict())
-
-
-def test_delta_sync_sends_only_changed_tensors() -> None:
-    actor, rollout = _models()
-    sender, receiver = WeightSender(actor, mode="delta"), WeightReceiver(rollout)
-    first = sender.build_update()
-    assert first is not None and first.kind == "full" and set(first.tensors) == set(actor.state_dict())
-    receiver.apply(first)
-    with torch.no_grad():
-        actor.blocks[1].mlp[0].weight[0, 0] += 1.0
-    second = sender.build_update()
-    assert second is not None and second.kind == "delta" and second.base_version == 1
-    assert list(second.tensors) == ["blocks.1.mlp.0.weight"]
-    assert receiver.apply(second) == 2
-    assert state_dicts_equal(actor.state_dict(), rollout.state_dict())
-    third = sender.build_update()  # nothing changed: an empty delta still bumps the version
-    assert third is not None and third.tensors == {} and third.version == 3
-
-
 def test_trainable_only_sends_lora_like_params() -> None:
-    actor, rollout = _models()
+    actor, _ = _models()
     for name, p in actor.named_parameters():
         p.requires_grad_(name.startswith("head."))
-    before = {k: v.clone() for k, v in rollout.state_dict().items()}
-    sync = WeightSync(actor_model=actor, rollout_model=rollout, trainable_only=True)
-    sync.sync()
-    after = rollout.state_dict()
-    for k, v in after.items():
-        assert torch.equal(v, actor.state_dict()[k] if k.startswith("head.") else before[k]), k
+    update = WeightSender(actor, trainable_only=True).build_update()
+    assert sorted(update.tensors) == ["head.bias", "head.weight"] and update.version == 1
 
 
-def test_stale_and_missed_updates_are_refused() -> None:
+def test_receiver_refuses_old_versions_unknown_names_and_shapes() -> None:
     actor, rollout = _models()
-    sender, receiver = WeightSender(actor, mode="delta"), WeightReceiver(rollout)
-    u1, u2, u3 = sender.build_update(), sender.build_update(), sender.build_update()
-    assert (u1.version, u2.version, u3.version) == (1, 2, 3)  # type: ignore[union-attr]
-    receiver.apply(u1)  # type: ignore[arg-type]
-    with pytest.raises(StaleWeightsError, match="not newer"):
-        receiver.apply(u1)  # type: ignore[arg-type]
-    with pytest.raises(StaleWeightsError, match="based on version 2"):
-        receiver.apply(u3)  # type: ignore[arg-type]  # u2 was missed
-    check_staleness(4, 5, max_staleness=1)
-    with pytest.raises(StaleWeightsError, match="version 3 but the actor is at version 5"):
-        check_staleness(3, 5, max_staleness=1)
-
-
-def test_receiver_rejects_unknown_names_and_shapes() -> None:
-    _, rollout = _models()
-    receiver = WeightReceiver(rollout)
-    with pytest.raises(KeyError, match="nope"):
-        receiver.apply(WeightUpdate(version=1, base_version=None, tensors={"nope": torch.zeros(1)}))
-    with pytest.raises(ValueError, match=r"head\.bias"):
-        receiver.apply(WeightUpdate(version=1, base_version=None, tensors={"head.bias": torch.zeros(3)}))
-    with pytest.raises(ValueError, match="mode='patch'"):
-        WeightSender(rollout, mode="patch")  # type: ignore[arg-type]
-
-
-def test_in_process_transport_keeps_order() -> None:
-    transport = InProcessTransport()
-    assert transport.recv() is None
-    for v in (1, 2):
-        transport.send(WeightUpdate(version=v, base_version=None, tensors={}))
-    assert [transport.recv().version, transport.recv().version] == [1, 2]  # type: ignore[union-attr]
-
-
-def test_in_process_update_keeps_the_weights_of_send_time() -> None:
-    actor, rollout = _models()
-    transport = InProcessTransport()
     sender, receiver = WeightSender(actor), WeightReceiver(rollout)
-    update = sender.build_update()
-    assert update is not None
-    transport.send(update)
-    at_send = {k: v.clone() for k, v in actor.state_dict().items()}
-    helpers.train_reference(
-        actor, helpers.make_batches(1, 4)
-    )  # an optimizer step before the receiver applies
-    assert not state_dicts_equal(actor.state_dict(), at_send)
-    received = transport.recv()
-    assert received is not None and receiver.apply(received) == 1
-    assert state_dicts_equal(rollout.state_dict(), at_send)
+    u1, u2 = sender.build_update(), sender.build_update()
+    assert (u1.version, u2.version) == (1, 2)
+    assert receiver.apply(u2) == 2 and state_dicts_equal(actor.state_dict(), rollout.state_dict())
+    with pytest.raises(StaleWeightsError, match="update version 1 is not newer than held version 2"):
+        receiver.apply(u1)
+    with pytest.raises(KeyError, match="nope"):
+        receiver.apply(WeightUpdate(version=3, tensors={"nope": torch.zeros(1)}))
+    with pytest.raises(ValueError, match=r"head\.bias"):
+        receiver.apply(WeightUpdate(version=3, tensors={"head.bias": torch.zeros(3)}))
 
 
-@pytest.fixture(scope="module")
-def two_processes() -> list[dict[str, Any]]:
-    # One two-process run serves test_fsdp.py and test_weight_sync.py (cached in the helpers module).
-    return helpers.two_rank_results()["sync"]
+def test_sender_refuses_a_version_that_is_not_newer() -> None:
+    actor, _ = _models()
+    sender = WeightSender(actor)
+    assert sender.build_update(version=3).version == 3
+    with pytest.raises(StaleWeightsError, match="not newer"):
+        sender.build_update(version=3)
 
 
-@pytest.mark.slow
-def test_distributed_full_sync_rollout_equals_actor(two_processes: list[dict[str, Any]]) -> None:
-    actor, rollout = two_processes
-    assert (actor["v1"], actor["v2"]) == (1, 2)
-    assert (rollout["v1"], rollout["v2"]) == (1, 2)
-    assert rollout["equal_v1"] and rollout["equal_v2"]
-    assert rollout["stale_detected"]
-
-
-@pytest.mark.slow
-def test_distributed_delta_trainable_only(two_processes: list[dict[str, Any]]) -> None:
-    rollout = two_processes[1]
-    assert (rollout["delta_v1_kind"], rollout["delta_v1_names"]) == ("full", ["head.bias", "head.weight"])
-    assert (rollout["delta_v2_kind"], rollout["delta_v2_names"]) == ("delta", ["head.bias"])
-    assert rollout["delta_v2"] == 2 and rollout["delta_head_equal"]
+def test_in_process_load_and_the_version_check_before_generating() -> None:
+    actor, rollout = _models()
+    sync = WeightSync.receiver(rollout, rank=1)
+    with pytest.raises(StaleWeightsError, match="rank 1 holds weight version -1 but the run is at version 1"):
+        sync.check_version(1)
+    sync.load(actor.state_dict(), 1)
+    assert sync.version == 1 and state_dicts_equal(actor.state_dict(), rollout.state_dict())
+    sync.check_version(1)
+    sync.check_version(None)  # no version named: no check
+    with pytest.raises(StaleWeightsError, match="holds weight version 1 but the run is at version 2"):
+        sync.check_version(2)
+    with pytest.raises(RuntimeError, match="receiver side"):
+        WeightSync.sender(actor, rank=0).load(actor.state_dict(), 1)
 
 
 def test_peer_group_sync_reaches_every_rollout_rank_bit_exactly() -> None:
-    """A PeerGroup (own TCP store, no default process group): rank 0 sends, ranks 1-2 receive, in threads."""
-    import threading
-
-    from vla_infra.weight_sync import PeerGroup, TorchDistributedTransport
-    from vla_infra.workers.worker import find_free_port
-
+    """A PeerGroup (own TCP store, no default process group): member 0 sends, members 1-2 receive, in threads."""
     actor, _ = _models()
     port, world = find_free_port(), 3
     results: dict[int, Any] = {}
@@ -161,19 +96,17 @@ def test_peer_group_sync_reaches_every_rollout_rank_bit_exactly() -> None:
     def member(rank: int) -> None:
         try:
             peers = PeerGroup("127.0.0.1", port, rank=rank, world_size=world, timeout_s=60)
-            transport = TorchDistributedTransport(peers=peers, bucket_bytes=4096, direct_bytes=8192)
+            transport = TorchDistributedTransport(peers, bucket_bytes=4096, direct_bytes=8192)
             if rank == 0:
                 sender = WeightSender(actor)
                 sender.version = 4  # a resumed trainer numbers its versions
                 update = sender.build_update(version=7)
-                assert update is not None
                 transport.send(update)
                 results[rank] = update.version
             else:
                 rollout = _models()[1]
                 receiver = WeightReceiver(rollout)
-                update = transport.recv()
-                assert update is not None
+                update = transport.recv(rollout.state_dict(keep_vars=True))
                 results[rank] = (
                     receiver.apply(update),
                     state_dicts_equal(rollout.state_dict(), actor.state_dict()),
@@ -189,9 +122,101 @@ def test_peer_group_sync_reaches_every_rollout_rank_bit_exactly() -> None:
     assert results == {0: 7, 1: (7, True), 2: (7, True)}
 
 
-def test_sender_refuses_a_version_that_is_not_newer() -> None:
-    actor, _ = _models()
-    sender = WeightSender(actor)
-    assert sender.build_update(version=3).version == 3  # type: ignore[union-attr]
-    with pytest.raises(StaleWeightsError, match="not newer"):
-        sender.build_update(version=3)
+def test_coordinator_in_one_process_copies_the_actors_weights() -> None:
+    """The local backend: actor and rollout workers in this process, a sync loads the actor's state dict."""
+    backend = LocalBackend()
+    actor = WorkerGroup(TinyActor, 1, backend=backend, name="actor")
+    rollout = WorkerGroup(TinyRollout, 2, backend=backend, name="rollout")
+    sync = WeightSyncCoordinator(actor, rollout, in_process=True)
+    x = torch.ones(1, 8)
+    with pytest.raises(StaleWeightsError, match="holds weight version -1 but the run is at version 1"):
+        rollout.predict(x, weight_version=1)
+    assert sync.sync(1) is None and sync.version == 1
+    actor.train_step()
+    assert sync.sync(2) is None
+    assert rollout.weight_version() == [2, 2]
+    assert all(state_dicts_equal(actor.state_dict(), sd) for sd in rollout.state_dict())
+    with pytest.raises(
+        StaleWeightsError, match="weight version 2 is not newer than the last synced version 2"
+    ):
+        sync.sync(2)
+    rollout.predict(x, weight_version=2)
+    sync.resync(0)  # nothing to rebuild in one process
+    assert rollout.weight_version() == [2, 2]
+
+
+# ---------------------------------------------------------------------------------------------- Ray: 2 processes
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep Ray on loopback (before importing ray)
+
+
+@pytest.fixture(scope="module")
+def ray_backend():
+    ray = pytest.importorskip("ray")
+    cloudpickle = pytest.importorskip("ray.cloudpickle")
+    from vla_infra import RayBackend
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(
+        address="local",  # a new instance, even if another one's "current cluster" file is in /tmp/ray
+        num_cpus=2,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    cloudpickle.register_pickle_by_value(weight_sync_workers)  # Ray workers cannot import the tests folder
+    backend = RayBackend(num_nodes=1, num_gpus_per_node=0)
+    yield backend
+    backend.shutdown()
+    cloudpickle.unregister_pickle_by_value(weight_sync_workers)
+    ray.shutdown()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_sender_and_receiver_processes_over_gloo_with_a_receiver_restart(ray_backend) -> None:
+    """One actor process sends, one rollout process receives, over their own gloo group on 127.0.0.1: bit-exact
+    weights, versions checked on both sides; a killed rollout process is replaced and re-synced to the current
+    version over a new group before the call that found it dead runs again."""
+    actor = WorkerGroup(TinyActor, 1, backend=ray_backend, name="actor")
+    rollout = WorkerGroup(TinyRollout, 1, backend=ray_backend, name="rollout", max_restarts=1)
+    sync = WeightSyncCoordinator(actor, rollout, in_process=False)
+    rollout.on_restart = sync.resync
+    try:
+        x = torch.ones(1, 8)
+        first = sync.sync(1)  # over a new group: every tensor
+        assert first == {"tensors": 4, "bytes": sum(t.numel() * 4 for t in actor.state_dict().values())}
+        assert rollout.weight_version() == [1] and state_dicts_equal(
+            actor.state_dict(), rollout.state_dict()[0]
+        )
+        with pytest.raises(StaleWeightsError, match="holds weight version 1 but the run is at version 2"):
+            rollout.predict(x, weight_version=2)
+
+        actor.train_step()
+        second = sync.sync(2)  # the frozen first layer cannot have changed: only the trainable tensors travel
+        assert second is not None and second["tensors"] == 2
+        assert rollout.weight_version() == [2] and state_dicts_equal(
+            actor.state_dict(), rollout.state_dict()[0]
+        )
+        with pytest.raises(StaleWeightsError, match="not newer than the last synced version 2"):
+            sync.sync(2)
+        expected = rollout.predict(x, weight_version=2)[0]
+
+        # the rollout process killed between calls: the next call replaces it, the coordinator rebuilds the group
+        # and sends version 2 again (every tensor: the new process has its own initial weights), then it runs
+        old = rollout.pid()[0]
+        os.kill(old, signal.SIGKILL)
+        again = rollout.predict(x, weight_version=2)[0]
+        assert rollout.restarts == [1] and rollout.pid()[0] != old
+        assert torch.equal(again, expected)
+        assert rollout.weight_version() == [2] and state_dicts_equal(
+            actor.state_dict(), rollout.state_dict()[0]
+        )
+
+        actor.train_step()
+        assert sync.sync(3) == {"tensors": 2, "bytes": second["bytes"]}
+        assert state_dicts_equal(actor.state_dict(), rollout.state_dict()[0])
+    finally:
+        actor.shutdown()
+        rollout.shutdown()

@@ -103,7 +103,6 @@ def fsdp_job(rank: int, world_size: int, out_dir: str) -> None:
     """Two-rank FSDP2 scenarios; rank r writes its findings to ``out_dir/rank{r}.pt``."""
     from vla_infra.fsdp import FSDPConfig, apply_fsdp2, full_state_dict
     from vla_infra.offload import offload_module, offload_optimizer, reload_module, reload_optimizer
-    from vla_infra.weight_sync import TorchDistributedTransport, WeightSync
 
     torch.manual_seed(0)
     init = TinyTransformer()
@@ -167,15 +166,8 @@ def fsdp_job(rank: int, world_size: int, out_dir: str) -> None:
         dist.all_reduce(g)
         res["after_offload_forward"] = (g.item() / world_size, lm_loss(ref, batches[0]).item())
 
-    # 4) collocated weight sync: rank 0 gathers and broadcasts, every rank's rollout replica receives.
-    rollout = TinyTransformer()
-    sync = WeightSync(actor_model=model, rollout_model=rollout, transport=TorchDistributedTransport(src=0))
-    res["sync_version"] = sync.sync()
-    rsd = rollout.state_dict()
-    res["rollout_equals_actor"] = all(torch.equal(rsd[k], after[k]) for k in after)
-
-    # 4b) streamed sync to a rollout outside the actor's group: a PeerGroup of actor rank 0 and a rollout member
-    #     (a thread of rank 0's process here); rank 1 only joins each tensor's gather (ShardGatherFollower).
+    # 4) streamed weight sync to a rollout outside the actor's group: a peer group of actor rank 0 and a rollout
+    #    member (a thread of rank 0's process here); rank 1 only joins each tensor's gather.
     res["streamed_rollout_equals_actor"] = _streamed_sync(rank, model, after)
 
     # 5) gradient checkpointing gives the same grads; 6) bf16 params / fp32 reduce trains close to fp32.
@@ -264,128 +256,53 @@ def _streamed_sync(rank: int, model: nn.Module, full: dict[str, torch.Tensor]) -
     """Rank 0: whether the rollout member received exactly ``full``; rank 1: None."""
     import threading
 
-    from vla_infra.weight_sync import PeerGroup, ShardGatherFollower, TorchDistributedTransport, WeightSender
+    from vla_infra.weight_sync import WeightSync
     from vla_infra.workers.worker import find_free_port
 
     box: list[Any] = [find_free_port() if rank == 0 else 0]
     dist.broadcast_object_list(box, src=0)
     port = box[0]
-    sender = WeightSender(model, stream=True)
-    update = sender.build_update(version=5)
-    assert update is not None and all(hasattr(t, "full_tensor") for t in update.tensors.values())
+    assert all(
+        hasattr(t, "full_tensor") for t in model.state_dict().values()
+    )  # sharded: nothing gathered yet
+    sender = WeightSync.sender(model, rank=rank, timeout_s=60)
     if rank != 0:
-        ShardGatherFollower(bucket_bytes=4096, direct_bytes=8192).send(update)
+        sender.join("127.0.0.1", port, 2)
+        sender.send(5)
         return None
+    rollout = TinyTransformer()
+    receiver = WeightSync.receiver(rollout, rank=0, timeout_s=60)
     got: dict[str, Any] = {}
 
     def rollout_member() -> None:
-        peers = PeerGroup("127.0.0.1", port, rank=1, world_size=2, timeout_s=60)
-        rollout = TinyTransformer()
-        transport = TorchDistributedTransport(peers=peers, bucket_bytes=4096, direct_bytes=8192)
-        received = transport.recv(rollout.state_dict(keep_vars=True))
-        got["version"] = received.version if received is not None else None
-        got["state"] = {k: v.detach().clone() for k, v in received.tensors.items()} if received else {}
+        receiver.join("127.0.0.1", port, 2)
+        got["received"] = receiver.receive(5)
 
     thread = threading.Thread(target=rollout_member)
     thread.start()
-    peers = PeerGroup("127.0.0.1", port, rank=0, world_size=2, timeout_s=60)
-    TorchDistributedTransport(peers=peers, bucket_bytes=4096, direct_bytes=8192).send(update)
+    sender.join("127.0.0.1", port, 2)
+    sender.send(5)
     thread.join(timeout=120)
-    state = got.get("state", {})
+    state = rollout.state_dict()
     return (
-        got.get("version") == 5
+        receiver.version == 5
+        and got.get("received", {}).get("tensors") == len(full)
         and state.keys() == full.keys()
         and all(torch.equal(state[k], full[k].cpu()) for k in full)
     )
 
 
-def two_rank_job(rank: int, world_size: int, out_dir: str) -> None:
-    """Both two-rank scenario sets in one process group (one spawn: saves the start-up time twice)."""
-    fsdp_dir, sync_dir = Path(out_dir) / "fsdp", Path(out_dir) / "sync"
-    fsdp_job(rank, world_size, str(fsdp_dir))
-    weight_sync_job(rank, world_size, str(sync_dir))
-
-
 @functools.cache
 def two_rank_results() -> dict[str, list[dict[str, Any]]]:
-    """Run :func:`two_rank_job` once per test session; results per scenario set and rank."""
+    """Run :func:`fsdp_job` once per test session; results per scenario set and rank."""
     from vla_infra.fsdp import spawn_local_group
 
     out = Path(tempfile.mkdtemp(prefix="vla_infra_b_"))
-    (out / "fsdp").mkdir()
-    (out / "sync").mkdir()
     try:
-        spawn_local_group(two_rank_job, world_size=2, args=(str(out),))
-        return {
-            name: [torch.load(out / name / f"rank{r}.pt", weights_only=True) for r in range(2)]
-            for name in ("fsdp", "sync")
-        }
+        spawn_local_group(fsdp_job, world_size=2, args=(str(out),))
+        return {"fsdp": [torch.load(out / f"rank{r}.pt", weights_only=True) for r in range(2)]}
     finally:
         shutil.rmtree(out, ignore_errors=True)
-
-
-def weight_sync_job(rank: int, world_size: int, out_dir: str) -> None:
-    """Rank 0 is the actor, rank 1 the rollout: full sync, delta (trainable-only) sync, stale detection."""
-    from vla_infra.weight_sync import StaleWeightsError, TorchDistributedTransport, WeightReceiver, WeightSync
-
-    torch.manual_seed(0)
-    res: dict[str, Any] = {}
-    # Small sizes so that packed buckets, tensors alone in a bucket and direct sends all occur.
-    transport = TorchDistributedTransport(src=0, bucket_bytes=4096, direct_bytes=8192)
-    if rank == 0:
-        actor = TinyTransformer()
-        sync = WeightSync(actor_model=actor, transport=transport, mode="full")
-        res["v1"] = sync.sync()
-        dist.broadcast_object_list([actor.state_dict()], src=0)
-        train_reference(actor, make_batches(1, 4))
-        res["v2"] = sync.sync()
-        dist.broadcast_object_list([actor.state_dict()], src=0)
-        # LoRA-like: freeze everything but the head, delta mode sends only what changed.
-        torch.manual_seed(1)
-        actor2 = TinyTransformer()
-        for name, p in actor2.named_parameters():
-            p.requires_grad_(name.startswith("head."))
-        delta = WeightSync(actor_model=actor2, transport=transport, mode="delta", trainable_only=True)
-        delta.sync()
-        with torch.no_grad():
-            actor2.head.bias.add_(1.0)
-        res["delta_v2"] = delta.sync()
-        dist.broadcast_object_list([actor2.state_dict()], src=0)
-    else:
-        rollout = TinyTransformer()
-        sync = WeightSync(rollout_model=rollout, transport=transport)
-        res["v1"] = sync.sync()
-        box: list[Any] = [None]
-        dist.broadcast_object_list(box, src=0)
-        res["equal_v1"] = all(torch.equal(rollout.state_dict()[k], v) for k, v in box[0].items())
-        res["v2"] = sync.sync()
-        dist.broadcast_object_list(box, src=0)
-        res["equal_v2"] = all(torch.equal(rollout.state_dict()[k], v) for k, v in box[0].items())
-        # Stale: re-applying an old version is refused.
-        try:
-            sync.receiver.apply(type_update(1))  # type: ignore[union-attr]
-            res["stale_detected"] = False
-        except StaleWeightsError:
-            res["stale_detected"] = True
-        rollout2 = TinyTransformer()
-        receiver = WeightReceiver(rollout2)
-        first = transport.recv()  # v1: the trainable tensors (head) as a full update
-        res["delta_v1_kind"], res["delta_v1_names"] = first.kind, sorted(first.tensors)
-        receiver.apply(first)
-        second = transport.recv()  # v2: only the tensor that changed
-        res["delta_v2_kind"], res["delta_v2_names"] = second.kind, sorted(second.tensors)
-        res["delta_v2"] = receiver.apply(second)
-        dist.broadcast_object_list(box, src=0)
-        res["delta_head_equal"] = all(
-            torch.equal(rollout2.state_dict()[k], v) for k, v in box[0].items() if k.startswith("head.")
-        )
-    torch.save(res, Path(out_dir) / f"rank{rank}.pt")
-
-
-def type_update(version: int) -> Any:
-    from vla_infra.weight_sync import WeightUpdate
-
-    return WeightUpdate(version=version, base_version=None, tensors={})
 
 
 # Child process of the kill-mid-save test: saves step 1, then a large step 2 with slowed fsyncs

@@ -13,7 +13,7 @@ from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
 from vla_algos import get_advantage_estimator
 from vla_envs import EnvConfig
-from vla_infra import StaleWeightsError, WorkerGroup, make_backend, resolve_placement, unit_bounds
+from vla_infra import WeightSyncCoordinator, WorkerGroup, make_backend, resolve_placement, unit_bounds
 
 
 def train_env_configs(tc: TrainConfig) -> list[EnvConfig]:
@@ -119,8 +119,12 @@ class RunWorkers:
 
         # rollout ranks -> actor ranks: the model side of the trajectories (in-process / Ray's object store)
         self.trajectory_channel = self.backend.create_channel(name=None) if need_train else None
-        self.weight_version: int | None = None  # the version last synced to the rollout (None: never)
-        self._peer_group_ready = False
+        # actor -> rollout weights: in one process on the local backend, else worker to worker over a peer group
+        self.weights = (
+            WeightSyncCoordinator(self.actor, self.rollout, in_process=cluster.backend == "local")
+            if self.actor is not None
+            else None
+        )
         self.pid_file = pid_file
         for group in [*self.env_train, self.env_eval]:
             group.on_restart = self._after_restart
@@ -146,70 +150,22 @@ class RunWorkers:
                 "place the actor on fewer ranks"
             ) from None
 
+    @property
+    def weight_version(self) -> int | None:
+        """The weight version last synced to the rollout (None: never)."""
+        return None if self.weights is None else self.weights.version
+
     def sync_weights(self, version: int) -> dict[str, int] | None:
-        """Actor -> rollout weight sync as version `version`.
-
-        Local backend: one process, the rollout copies the actor's tensors. Ray backend: the actor's rank 0
-        broadcasts straight to the rollout ranks over a peer group (gloo on the CPU, NCCL when every member
-        has a GPU); the driver only tells both sides the version, so no weight passes through it. A rollout
-        rank that died before or during the sync is replaced (`cluster.max_worker_restarts`) and the sync runs
-        again over a new peer group.
-
-        Returns:
-            Ray backend: the `tensors` and `bytes` rollout rank 0 received; local backend: None.
-        """
-        assert self.actor is not None
-        if self.weight_version is not None and version <= self.weight_version:
-            raise StaleWeightsError(
-                f"weight version {version} is not newer than the last synced version {self.weight_version}"
-            )
-        received = None
-        if self.backend_name == "local":
-            self.rollout.load_weights(self.actor.state_dict(), version)
-        else:
-            for attempt in range(1 + self.max_restarts):
-                restarts = self.rollout.num_restarts
-                self.rollout.weight_version.submit().result()  # a dead rank is replaced (and re-synced) here
-                try:
-                    received = self._send_weights(version)
-                    break
-                except Exception:
-                    self.rollout.weight_version.submit().result()  # was it a rollout rank that died?
-                    if self.rollout.num_restarts == restarts or attempt == self.max_restarts:
-                        raise
-        self.weight_version = version
-        return received
-
-    def _send_weights(self, version: int) -> dict[str, int]:
-        """Send the actor's weights as `version` over the peer group (built first if needed)."""
-        assert self.actor is not None
-        if not self._peer_group_ready:
-            self.connect_weight_sync()
-        sent = self.actor.send_weights.submit(version)
-        receiving = self.rollout.receive_weights.submit(version)
-        try:
-            sent.result()
-            return receiving.result()
-        except Exception:
-            # the sender dropped its end of the group, so receivers still waiting fail fast; rebuild next time
-            self._peer_group_ready = False
-            raise
-
-    def resync_rollout(self, rank: int) -> None:
-        """`on_restart` of the rollout group: rollout rank `rank` is a new process with its own initial weights
-        and no place in the peer group. Rebuild the group and send the current version again (to every rank:
-        the group's first send is a full one), so the rank generates with the actor's weights, bit for bit."""
-        if self.actor is None or self.backend_name == "local":
-            return  # local: the replayed `load_weights` restored it; evaluation only: built from the model path
-        self._peer_group_ready = False
-        if self.weight_version is not None:
-            self._send_weights(self.weight_version)
+        """Actor -> rollout weight sync as version `version` (`WeightSyncCoordinator.sync`)."""
+        assert self.weights is not None
+        return self.weights.sync(version)
 
     def _after_restart(self, rank: int) -> None:
         self.write_pids()
 
     def _after_rollout_restart(self, rank: int) -> None:
-        self.resync_rollout(rank)
+        if self.weights is not None:  # evaluation only: the rollout was built from the model path
+            self.weights.resync(rank)
         self.write_pids()
 
     def write_pids(self) -> None:
@@ -224,23 +180,6 @@ class RunWorkers:
     def worker_restarts(self) -> int:
         """Worker processes replaced after they died, over every group of the run (`cluster/actor_restarts`)."""
         return sum(g.num_restarts for g in self.groups)
-
-    def connect_weight_sync(self) -> None:
-        """(Re)build the actor -> rollout peer group: every member joins at once; the next sync is a full one.
-
-        Call it again after a rollout or actor process was replaced."""
-        assert self.actor is not None
-        members = [self.placement["actor"][0], *self.placement["rollout"]]
-        backend = "nccl" if all(p.local_gpu is not None for p in members) else "gloo"
-        host, port = self.actor.weight_sync_endpoint()
-        world = 1 + self.rollout.world_size
-        joins = [
-            self.actor.join_weight_sync.submit(host, port, world, backend),
-            self.rollout.join_weight_sync.submit(host, port, world, backend),
-        ]
-        for j in joins:
-            j.result()
-        self._peer_group_ready = True
 
     def _group(self, cls: type, placements: Any, name: str, max_restarts: int, **kwargs: Any) -> WorkerGroup:
         group = WorkerGroup(

@@ -54,16 +54,10 @@ from vla_infra import (
     Channel,
     ModelOffloader,
     OffloadableEnv,
-    PeerGroup,
-    ShardGatherFollower,
-    StaleWeightsError,
-    TorchDistributedTransport,
-    WeightReceiver,
-    WeightSender,
+    WeightSync,
     Worker,
     all_reduce_sum,
     concat_values,
-    find_free_port,
     gather_objects,
     is_offloaded,
     offload_env,
@@ -265,7 +259,7 @@ class RolloutWorker(Worker):
         self.policy.eval()
         self.sampling = sampling
         self.model_section = model
-        self.version = -1
+        self.weight_sync = WeightSync.receiver(self.policy, rank=self.rank)
         self.offloader = ModelOffloader(self.policy, enabled=sampling.enable_offload)
         self.offloader.offload()
         self.recorder = TrajectoryRecorder()
@@ -323,13 +317,6 @@ class RolloutWorker(Worker):
             out.append(gen)
         return out
 
-    def _check_version(self, weight_version: int | None) -> None:
-        if weight_version is not None and self.version != weight_version:
-            raise StaleWeightsError(
-                f"rollout rank {self.rank} holds weight version {self.version} but the run is at version "
-                f"{weight_version}: it refuses to generate with other weights than the actor's (sync it first)"
-            )
-
     @register("split", collect=join_predictions)
     @torch.no_grad()
     def predict(
@@ -346,7 +333,7 @@ class RolloutWorker(Worker):
         with `obs`): each row samples from its own generator (`seed`), and this rank keeps the model side of the
         decision for the actor (`hand_over`) and answers the actions alone.
         """
-        self._check_version(weight_version)
+        self.weight_sync.check_version(weight_version)
         self.offloader.reload()  # no-op unless offloaded
         out = self.policy.predict(
             select_proprio(obs, self.model_section),
@@ -373,55 +360,28 @@ class RolloutWorker(Worker):
         self.offloader.reload()
         return policy_values(self.policy, select_proprio(obs, self.model_section)).float().cpu()
 
+    # the rollout's end of the weight protocol, called by `vla_infra.WeightSyncCoordinator`
     @register("one_to_all", collect="none", replay=True)
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Weight sync in one process (local backend): copy the actor's parameters into the rollout policy."""
         self.offloader.reload()
-        self.policy.load_state_dict(state_dict)
-        self.version = int(version)
+        self.weight_sync.load(state_dict, version)
 
     @register("one_to_all", collect="none")
     def join_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
-        """Join the actor -> rollout peer group as member `1 + rank` (the actor's rank 0 is member 0).
+        self.weight_sync.join(host, port, world_size, backend)
 
-        Called on every rollout rank at the same time as `ActorWorker.join_weight_sync`; again after a
-        restart (a new group on a new port)."""
-        peers = PeerGroup(host, port, rank=1 + self.rank, world_size=world_size, backend=backend)
-        self._weight_transport = TorchDistributedTransport(peers=peers)
-        # a new group starts with a full send, also of the version this rank holds already (the resync of a
-        # replaced rollout rank resends the current version to every rank)
-        self._weight_receiver = WeightReceiver(self.policy)
-
-    # not replayed on a replacement (its group re-syncs it: `RunWorkers.resync_rollout`), and not retried on one:
-    # the sender's group it waits in is gone, so the driver syncs again from the start
+    # not replayed on a replacement (the coordinator re-syncs it), and not retried on one: the sender's group it
+    # waits in is gone, so the driver syncs again from the start
     @register("one_to_all", collect="first", restart=False)
     def receive_weights(self, version: int) -> dict[str, int]:
-        """Weight sync across processes: receive version `version` from the actor (the driver only says which).
-
-        Returns:
-            `tensors` and `bytes` received (a policy with frozen parameters gets only its trainable ones
-            after the first sync).
-
-        Raises:
-            StaleWeightsError: the update that arrives is not `version` (a missed or repeated sync).
-        """
         self.offloader.reload()
-        update = self._weight_transport.recv(
-            self.policy.state_dict(keep_vars=True), held_version=self._weight_receiver.version
-        )
-        if update is None or update.version != version:
-            got = None if update is None else update.version
-            raise StaleWeightsError(
-                f"rollout rank {self.rank} expected weight version {version}, received {got}"
-            )
-        self._weight_receiver.apply(update)
-        self.version = int(version)
-        return {"tensors": len(update.tensors), "bytes": update.num_bytes}
+        return self.weight_sync.receive(version)
 
     @register("one_to_all", collect="first")
     def weight_version(self) -> int:
         """The weight version this rollout rank holds (-1: never synced)."""
-        return self.version
+        return self.weight_sync.version
 
     @register("one_to_all", collect="first")
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -485,6 +445,7 @@ class ActorWorker(Worker):
             if self.reference is not None:
                 apply_fsdp_settings(self.reference, fsdp, trained=False)
         self.policy.eval()
+        self.weight_sync = WeightSync.sender(self.policy, rank=self.rank, host=self.info.master_addr)
         self.optimizer = build_optimizer(self.policy, optim)
         self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)
         self.algorithm = algorithm
@@ -525,42 +486,19 @@ class ActorWorker(Worker):
                 return full_state_dict(self.policy)  # a collective: rank 0 gets everything, the others {}
             return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
 
+    # the actor's end of the weight protocol, called by `vla_infra.WeightSyncCoordinator`
     @register("rank_zero")
     def weight_sync_endpoint(self) -> tuple[str, int]:
-        """Address of this rank's node and a free port there: where the actor -> rollout peer group meets."""
-        return self.info.master_addr, find_free_port(self.info.master_addr)
+        return self.weight_sync.endpoint()
 
     @register("one_to_all", collect="none")
     def join_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
-        """Rank 0 joins the actor -> rollout peer group as member 0, the sender. The other ranks only join the
-        gathers of a sharded policy's tensors when weights are sent. The next send is a full one."""
-        # a sharded policy streams: each tensor is gathered only when its bucket is sent (ranks > 0 join the
-        # gathers), so no rank holds the full weights
-        self._weight_sender = WeightSender(self.policy, stream=True)
-        self._weight_transport: TorchDistributedTransport | ShardGatherFollower | None = ShardGatherFollower()
-        if self.rank == 0:
-            peers = PeerGroup(host, port, rank=0, world_size=world_size, backend=backend)
-            self._weight_transport = TorchDistributedTransport(peers=peers)
+        self.weight_sync.join(host, port, world_size, backend)
 
     @register("one_to_all", collect="none")
     def send_weights(self, version: int) -> None:
-        """Send the policy's weights as version `version` to every rollout rank (a collective on every actor
-        rank when the policy is sharded).
-
-        After the first full send, a policy with frozen parameters (LoRA, `train_expert_only`) sends only its
-        trainable tensors: the rest cannot have changed since."""
-        sender = self._weight_sender
-        sender.trainable_only = sender.version > 0 and any(
-            not p.requires_grad for p in self.policy.parameters()
-        )
-        try:
-            with self._on_device():
-                update = sender.build_update(version=int(version))
-                if update is not None and self._weight_transport is not None:
-                    self._weight_transport.send(update)
-        except Exception:
-            self._weight_transport = None  # closes this end: rollout ranks waiting for the update fail fast
-            raise
+        with self._on_device():
+            self.weight_sync.send(version)
 
     @register("one_to_all", collect="first")
     def update(

@@ -63,15 +63,8 @@ _EXPORTS.update(
         "find_free_port": "vla_infra.fsdp",
         # weight sync actor -> rollout
         "WeightSync": "vla_infra.weight_sync",
-        "WeightSender": "vla_infra.weight_sync",
-        "WeightReceiver": "vla_infra.weight_sync",
-        "WeightUpdate": "vla_infra.weight_sync",
-        "InProcessTransport": "vla_infra.weight_sync",
-        "TorchDistributedTransport": "vla_infra.weight_sync",
-        "PeerGroup": "vla_infra.weight_sync",
-        "ShardGatherFollower": "vla_infra.weight_sync",
+        "WeightSyncCoordinator": "vla_infra.weight_sync",
         "StaleWeightsError": "vla_infra.weight_sync",
-        "check_staleness": "vla_infra.weight_sync",
         # checkpoints
         "save_checkpoint": "vla_infra.checkpoint",
         "load_checkpoint": "vla_infra.checkpoint",

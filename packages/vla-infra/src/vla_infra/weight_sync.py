@@ -1,43 +1,42 @@
-"""Weight sync from the actor (trainer) to the rollout model, with a version number.
+"""The actor -> rollout weight protocol, with a version number.
 
-The sender builds a :class:`WeightUpdate` from the actor's *full* state dict (gathered from FSDP2 shards with
-``get_model_state_dict(full_state_dict=True)``), either every tensor (``mode="full"``) or only the tensors
-whose bytes changed since the previous send (``mode="delta"``); ``trainable_only=True`` restricts both to
-parameters with ``requires_grad`` (e.g. LoRA adapters). Versions start at 1 and increase by one per send; a
-receiver refuses an update that is not newer than what it holds, and a delta whose base is not the version
-it holds (:class:`StaleWeightsError`).
+:class:`WeightSync` is one worker's end of it: every actor rank holds a sender side, every rollout rank a
+receiver side. :class:`WeightSyncCoordinator` is the driver's part: it tells both worker groups when to
+(re)build their group and which version to send, and re-syncs a rollout rank that was replaced. Weights never
+pass through the driver, only version numbers do.
 
-Transports move updates between the two sides:
+The parts underneath:
 
-- :class:`InProcessTransport`: a FIFO in one process (local backend, collocated tests).
-- :class:`TorchDistributedTransport`: a ``torch.distributed`` broadcast from the actor's source rank to every
-  rank of a group (gloo on the CPU, NCCL on GPUs). Tensors travel as raw bytes in buckets, so every dtype is
-  sent bit-exactly in a few collectives; the metadata travels as JSON bytes (nothing is unpickled).
-- :class:`PeerGroup`: the group such a transport broadcasts over between separate worker processes (the
-  actor's sending rank and the rollout ranks) when they share no default process group: it has its own TCP
-  store, so data-parallel actor ranks keep their default (FSDP) group and rollout processes join only this one.
-
-:class:`WeightSync` pairs a sender and/or a receiver with a transport and is what a worker calls.
+- :class:`WeightSender` / :class:`WeightReceiver`: a :class:`WeightUpdate` (version + name -> tensor) built from the
+  actor's weights, applied in place to the rollout model. Versions increase; a receiver refuses an update that
+  is not newer than what it holds (:class:`StaleWeightsError`).
+- :class:`PeerGroup`: a process group of its own between the actor's sending rank and the rollout ranks (its own
+  TCP store), so data-parallel actor ranks keep their default (FSDP) group and rollout processes join only
+  this one.
+- :class:`TorchDistributedTransport`: broadcasts an update over a :class:`PeerGroup` (gloo on the CPU, NCCL on
+  GPUs). Tensors travel as raw bytes in buckets, so every dtype is sent bit-exactly in a few collectives; the
+  metadata travels as JSON bytes (nothing is unpickled). A sharded (FSDP2) tensor is gathered just before its
+  bucket goes out; the actor ranks that do not send join those gathers (:class:`ShardGatherFollower`).
 """
 
 from __future__ import annotations
 
 import json
-import queue
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from vla_infra.fsdp import full_state_dict, is_fsdp_model
 from vla_infra.rendezvous import tcp_store
 
+if TYPE_CHECKING:
+    from vla_infra.workers.group import WorkerGroup
+
 __all__ = [
-    "InProcessTransport",
     "PeerGroup",
     "ShardGatherFollower",
     "StaleWeightsError",
@@ -45,17 +44,14 @@ __all__ = [
     "WeightReceiver",
     "WeightSender",
     "WeightSync",
-    "WeightTransport",
+    "WeightSyncCoordinator",
     "WeightUpdate",
-    "check_staleness",
     "state_dicts_equal",
 ]
 
-SyncMode = Literal["full", "delta"]
-
 
 class StaleWeightsError(RuntimeError):
-    """An update (or data produced with some weights) is older than allowed, or a delta misses its base."""
+    """An update (or a rollout about to generate) does not hold the weight version it must."""
 
 
 @dataclass(frozen=True)
@@ -64,90 +60,33 @@ class WeightUpdate:
 
     Attributes:
         version: version of the weights after applying this update (>= 1).
-        base_version: for a delta, the version the receiver must hold; None for a full update.
-        tensors: name -> tensor (CPU or device), full (unsharded) shapes.
+        tensors: name -> tensor (CPU or device; a sharded tensor is gathered when it is sent).
     """
 
     version: int
-    base_version: int | None
     tensors: dict[str, torch.Tensor]
-
-    @property
-    def kind(self) -> SyncMode:
-        return "full" if self.base_version is None else "delta"
 
     @property
     def num_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
 
-def check_staleness(produced_by: int, current: int, *, max_staleness: int = 0) -> None:
-    """Raise if data produced with weights ``produced_by`` lags ``current`` by more than ``max_staleness``.
-
-    Raises:
-        StaleWeightsError: naming both versions and the allowed lag.
-    """
-    if current - produced_by > max_staleness:
-        raise StaleWeightsError(
-            f"data produced with weight version {produced_by} but the actor is at version {current}; "
-            f"max_staleness={max_staleness}"
-        )
-
-
 class WeightSender:
-    """Actor side: builds versioned updates from the model's full state dict.
+    """Actor side: builds versioned updates from the model's weights.
 
-    With an FSDP2 model, :meth:`build_update` is a collective (all actor ranks call it) and only ``src_rank``
-    (the rank that sends) returns an update; the others return None. With ``stream=True`` (and ``mode="full"``)
-    nothing is gathered there: every rank returns an update of its sharded tensors, the source rank hands it
-    to a :class:`TorchDistributedTransport` and the others to a :class:`ShardGatherFollower`, and each tensor
-    is gathered just before its bucket is sent, so no rank ever holds the full weights.
+    Every actor rank builds an update of its tensors as they are: a sharded (FSDP2) policy's tensors are DTensors,
+    which the source rank's :class:`TorchDistributedTransport` and the other ranks' :class:`ShardGatherFollower`
+    gather one at a time just before its bucket is sent, so no rank ever holds the full weights.
+    ``trainable_only=True`` restricts an update to the parameters with ``requires_grad`` (e.g. LoRA adapters).
     """
 
-    def __init__(
-        self,
-        model: nn.Module,
-        *,
-        mode: SyncMode = "full",
-        trainable_only: bool = False,
-        src_rank: int = 0,
-        stream: bool = False,
-    ) -> None:
-        if mode not in ("full", "delta"):
-            raise ValueError(f"mode={mode!r} is not supported; allowed: 'full', 'delta'")
+    def __init__(self, model: nn.Module, *, trainable_only: bool = False) -> None:
         self.model = model
-        self.stream = stream
-        self.mode: SyncMode = mode
         self.trainable_only = trainable_only
-        self.src_rank = src_rank
         self.version = 0
-        self._snapshot: dict[str, torch.Tensor] = {}
 
-    @property
-    def _streams(self) -> bool:
-        return self.stream and self.mode == "full" and is_fsdp_model(self.model)
-
-    def _is_source(self) -> bool:
-        return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == self.src_rank
-
-    def _state_dict(self) -> dict[str, torch.Tensor]:
-        if self._streams:
-            # sharded tensors as they are: the transport gathers each one just before it goes out
-            state = {k: v.detach() for k, v in self.model.state_dict().items()}
-        elif is_fsdp_model(self.model):
-            # Every actor rank must join the all-gather; rank 0 receives the CPU copy.
-            state = full_state_dict(self.model, cpu_offload=True)
-            if self.src_rank != 0:
-                raise ValueError(f"src_rank={self.src_rank}: an FSDP model's full state dict lands on rank 0")
-        else:
-            state = {k: v.detach() for k, v in self.model.state_dict().items()}
-        if self.trainable_only:
-            trainable = {name for name, p in self.model.named_parameters() if p.requires_grad}
-            state = {k: v for k, v in state.items() if k in trainable}
-        return state
-
-    def build_update(self, version: int | None = None) -> WeightUpdate | None:
-        """Snapshot the current weights into an update (None on non-source ranks).
+    def build_update(self, version: int | None = None) -> WeightUpdate:
+        """Snapshot the current weights into an update.
 
         Args:
             version: The update's version when the caller numbers them (a trainer whose run resumes at some
@@ -157,24 +96,12 @@ class WeightSender:
             raise StaleWeightsError(
                 f"version {version} is not newer than the last sent version {self.version}"
             )
-        state = self._state_dict()
-        if not self._is_source() and not self._streams:
-            if version is not None:
-                self.version = version
-            return None
-        base: int | None = None
-        if self.mode == "delta" and self.version > 0:
-            base = self.version
-            state = {
-                k: v
-                for k, v in state.items()
-                if k not in self._snapshot or not _same_bytes(v, self._snapshot[k])
-            }
-        if self.mode == "delta":
-            for k, v in state.items():
-                self._snapshot[k] = v.detach().to("cpu", copy=True)
+        state = {k: v.detach() for k, v in self.model.state_dict().items()}
+        if self.trainable_only:
+            trainable = {name for name, p in self.model.named_parameters() if p.requires_grad}
+            state = {k: v for k, v in state.items() if k in trainable}
         self.version = self.version + 1 if version is None else version
-        return WeightUpdate(version=self.version, base_version=base, tensors=dict(state))
+        return WeightUpdate(version=self.version, tensors=state)
 
 
 def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -186,9 +113,8 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 class WeightReceiver:
     """Rollout side: applies updates in place and tracks the version it holds (0 = never synced)."""
 
-    def __init__(self, model: nn.Module, *, strict: bool = True) -> None:
+    def __init__(self, model: nn.Module) -> None:
         self.model = model
-        self.strict = strict
         self.version = 0
 
     @torch.no_grad()
@@ -196,26 +122,18 @@ class WeightReceiver:
         """Copy the update's tensors into the model (cast to the model's dtype/device); returns the new version.
 
         Raises:
-            StaleWeightsError: the update is not newer than the held version, or it is a delta whose base is
-                not the held version (an update was missed; send a full one).
-            KeyError / ValueError: (strict) a name the model does not have, or a shape mismatch.
+            StaleWeightsError: the update is not newer than the held version.
+            KeyError / ValueError: a name the model does not have, or a shape mismatch.
         """
         if update.version <= self.version:
             raise StaleWeightsError(
                 f"update version {update.version} is not newer than held version {self.version}"
             )
-        if update.base_version is not None and update.base_version != self.version:
-            raise StaleWeightsError(
-                f"delta update {update.version} is based on version {update.base_version} but the receiver holds "
-                f"version {self.version}; a full sync is needed"
-            )
         targets = self.model.state_dict(keep_vars=True)
         for name, src in update.tensors.items():
             dst = targets.get(name)
             if dst is None:
-                if self.strict:
-                    raise KeyError(f"weight update has tensor {name!r} that the rollout model does not have")
-                continue
+                raise KeyError(f"weight update has tensor {name!r} that the rollout model does not have")
             if dst.shape != src.shape:
                 raise ValueError(
                     f"shape mismatch for {name!r}: update {tuple(src.shape)} vs model {tuple(dst.shape)}"
@@ -224,50 +142,6 @@ class WeightReceiver:
                 dst.data.copy_(src)
         self.version = update.version
         return self.version
-
-
-class WeightTransport(Protocol):
-    """Moves updates from the sender to the receivers."""
-
-    #: True when every rank of the group must take part in each transfer (a collective).
-    collective: bool
-
-    def send(self, update: WeightUpdate) -> None: ...
-
-    def recv(
-        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
-    ) -> WeightUpdate | None:
-        """The next update. A transport may write tensors straight into ``targets`` (name -> the receiver's
-        tensor, holding version ``held_version``) when the update applies on top of that version and shape,
-        dtype and device match; it returns those tensors in the update."""
-        ...
-
-
-class InProcessTransport:
-    """FIFO of updates inside one process; ``recv`` returns None when nothing is pending.
-
-    ``send`` queues a copy of the tensors: an update holds views of the live parameters, and an optimizer step
-    before the receiver applies it would otherwise hand newer weights out under the update's older version.
-    """
-
-    collective = False
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[WeightUpdate] = queue.Queue()
-
-    def send(self, update: WeightUpdate) -> None:
-        tensors = {name: t.detach().clone() for name, t in update.tensors.items()}
-        self._queue.put(
-            WeightUpdate(version=update.version, base_version=update.base_version, tensors=tensors)
-        )
-
-    def recv(
-        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
-    ) -> WeightUpdate | None:
-        try:
-            return self._queue.get_nowait()
-        except queue.Empty:
-            return None
 
 
 def bucket_indices(sizes: list[int], *, bucket_bytes: int, direct_bytes: int) -> list[list[int]]:
@@ -376,58 +250,40 @@ class PeerGroup:
 
 
 class TorchDistributedTransport:
-    """Broadcast updates from ``src`` to every rank of a group.
+    """Broadcast updates from member ``src`` of a :class:`PeerGroup` to every other member.
 
-    The group is ``peers`` (a :class:`PeerGroup`; ranks are its ranks), else ``group`` or the default
-    ``torch.distributed`` group. Every rank of the group takes part in each transfer: ``src`` calls
-    :meth:`send`, the others :meth:`recv` at the same point; ``recv`` on ``src`` returns the update it just sent
-    (collocated rollout). The metadata (names, shapes, dtypes, versions) goes first as JSON bytes; the tensors
-    as uint8 buckets of at most ``bucket_bytes`` on ``device`` (CPU for gloo, the current CUDA device for
-    NCCL); a tensor of at least ``direct_bytes`` is broadcast on its own, straight from its storage.
+    Every member takes part in each transfer: ``src`` calls :meth:`send`, the others :meth:`recv` at the same
+    point. The metadata (names, shapes, dtypes, version) goes first as JSON bytes; the tensors as uint8 buckets
+    of at most ``bucket_bytes`` on ``device`` (CPU for gloo, the current CUDA device for NCCL); a tensor of at
+    least ``direct_bytes`` is broadcast on its own, straight from its storage.
     """
-
-    collective = True
 
     def __init__(
         self,
+        peers: PeerGroup,
         *,
         src: int = 0,
-        group: dist.ProcessGroup | None = None,
-        peers: PeerGroup | None = None,
         device: torch.device | str | None = None,
         bucket_bytes: int = 256 << 20,
         direct_bytes: int = 1 << 20,
     ) -> None:
-        if peers is None and not (dist.is_available() and dist.is_initialized()):
-            raise RuntimeError("TorchDistributedTransport needs peers= or an initialised process group")
         if bucket_bytes <= 0:
             raise ValueError(f"bucket_bytes={bucket_bytes} must be > 0")
         if direct_bytes <= 0:
             raise ValueError(f"direct_bytes={direct_bytes} must be > 0")
         self.src = src
-        self.group = group
         self.peers = peers
         if device is None:
-            backend = peers.backend if peers is not None else dist.get_backend(group)
-            device = f"cuda:{torch.cuda.current_device()}" if backend == "nccl" else "cpu"
+            device = f"cuda:{torch.cuda.current_device()}" if peers.backend == "nccl" else "cpu"
         self.device = torch.device(device)
         self.bucket_bytes = bucket_bytes
         self.direct_bytes = direct_bytes
-        self._local: WeightUpdate | None = None
-
-    @property
-    def rank(self) -> int:
-        """This process's rank in the transport's group."""
-        return self.peers.rank if self.peers is not None else dist.get_rank(self.group)
 
     def _broadcast(self, tensor: torch.Tensor) -> None:
-        if self.peers is not None:
-            self.peers.broadcast(tensor, self.src)
-        else:
-            dist.broadcast(tensor, src=self.src, group=self.group)
+        self.peers.broadcast(tensor, self.src)
 
     def _broadcast_meta(self, meta: dict | None) -> dict:
-        """``src`` sends ``meta`` as UTF-8 JSON (length first); every rank returns it."""
+        """``src`` sends ``meta`` as UTF-8 JSON (length first); every member returns it."""
         size = torch.zeros(1, dtype=torch.int64, device=self.device)
         payload = b""
         if meta is not None:
@@ -444,13 +300,12 @@ class TorchDistributedTransport:
         return bucket_indices(sizes, bucket_bytes=self.bucket_bytes, direct_bytes=self.direct_bytes)
 
     def send(self, update: WeightUpdate) -> None:
-        if self.rank != self.src:
-            raise RuntimeError(f"send() called on rank {self.rank} but the source rank is {self.src}")
+        if self.peers.rank != self.src:
+            raise RuntimeError(f"send() called on member {self.peers.rank} but the source is {self.src}")
         names = list(update.tensors)
         tensors = [update.tensors[n].detach() for n in names]
         meta = {
             "version": update.version,
-            "base_version": update.base_version,
             "names": names,
             "shapes": [list(t.shape) for t in tensors],
             "dtypes": [str(t.dtype).removeprefix("torch.") for t in tensors],
@@ -466,18 +321,12 @@ class TorchDistributedTransport:
             else:
                 buf = torch.cat([as_bytes(i).to(self.device) for i in bucket])
             self._broadcast(buf)
-        self._local = update
 
-    def recv(
-        self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0
-    ) -> WeightUpdate | None:
+    def recv(self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0) -> WeightUpdate:
         """Receive the next update. A tensor sent on its own lands straight in its ``targets`` tensor (no staging
         copy) when that one is contiguous with the same shape and dtype on the transport's device and the update
-        applies on top of ``held_version`` (newer; a delta based on it); else it is staged, so a receiver that
-        refuses the update keeps its weights."""
-        if self.rank == self.src:
-            update, self._local = self._local, None
-            return update
+        is newer than ``held_version``; else it is staged, so a receiver that refuses the update keeps its
+        weights."""
         meta = self._broadcast_meta(None)
         dtypes = [getattr(torch, d) for d in meta["dtypes"]]
         if not all(isinstance(dt, torch.dtype) for dt in dtypes):
@@ -486,8 +335,7 @@ class TorchDistributedTransport:
             int(torch.Size(shape).numel()) * torch.empty((), dtype=dt).element_size()
             for shape, dt in zip(meta["shapes"], dtypes)
         ]
-        applies = meta["version"] > held_version and meta["base_version"] in (None, held_version)
-        in_place = targets if applies else None
+        in_place = targets if meta["version"] > held_version else None
         tensors: dict[str, torch.Tensor] = {}
         for bucket in self._buckets(sizes):
             if len(bucket) == 1 and in_place is not None:
@@ -510,72 +358,238 @@ class TorchDistributedTransport:
                 chunk = buf[offset : offset + sizes[i]]
                 offset += sizes[i]
                 tensors[meta["names"][i]] = chunk.view(dtypes[i]).reshape(meta["shapes"][i])
-        return WeightUpdate(version=meta["version"], base_version=meta["base_version"], tensors=tensors)
+        return WeightUpdate(version=meta["version"], tensors=tensors)
+
+
+Side = Literal["sender", "receiver"]
 
 
 class WeightSync:
-    """Actor -> rollout weight sync as one call per side.
+    """One worker's end of the actor -> rollout weight protocol.
 
-    Give ``actor_model`` on the actor ranks, ``rollout_model`` on the rollout ranks, both when collocated.
-    With a :class:`TorchDistributedTransport` every rank of the group calls :meth:`sync` at the same point.
+    Every actor rank holds a sender side (``WeightSync.sender``), every rollout rank a receiver side
+    (``WeightSync.receiver``). Between separate processes the actor's rank 0 and the rollout ranks form a
+    :class:`PeerGroup` (member 0 the sender, member ``1 + r`` rollout rank ``r``): the sender's rank 0 names the
+    place (:meth:`endpoint`), every member :meth:`join` s at once, then each sync is :meth:`send` on every actor
+    rank and :meth:`receive` on every rollout rank at the same time. When actor and rollout share one process
+    the receiver takes the actor's state dict straight (:meth:`load`).
 
-    Example:
-        >>> sync = WeightSync(actor_model=actor, rollout_model=rollout, mode="delta")
-        >>> sync.sync()   # -> 1, then 2, ...
+    The first send over a newly joined group carries every tensor; after it, a model with frozen parameters (LoRA,
+    a frozen backbone) sends only its trainable ones, which alone can change. A receiver joining a new group
+    accepts that first full send even of the version it holds already (the re-sync of a replaced rollout rank
+    resends the current version to every rank).
+
+    Args:
+        model: The actor's policy (a sharded one streams: each tensor is gathered only when its bucket is sent,
+            the actor ranks other than 0 join those gathers) or the rollout's policy.
+        side: ``"sender"`` (actor) or ``"receiver"`` (rollout).
+        rank: This worker's rank in its group.
+        host: (sender) The address of this rank's node, where the group's store listens (loopback on one
+            machine).
+        timeout_s: How long joining and each transfer wait for the other members.
     """
 
     def __init__(
-        self,
-        *,
-        actor_model: nn.Module | None = None,
-        rollout_model: nn.Module | None = None,
-        transport: WeightTransport | None = None,
-        mode: SyncMode = "full",
-        trainable_only: bool = False,
-        src_rank: int = 0,
-        strict: bool = True,
+        self, model: nn.Module, *, side: Side, rank: int, host: str = "127.0.0.1", timeout_s: float = 600.0
     ) -> None:
-        if actor_model is None and rollout_model is None:
-            raise ValueError("WeightSync needs actor_model, rollout_model or both")
-        self.transport: WeightTransport = transport if transport is not None else InProcessTransport()
-        self.sender = (
-            WeightSender(actor_model, mode=mode, trainable_only=trainable_only, src_rank=src_rank)
-            if actor_model is not None
-            else None
+        if side not in ("sender", "receiver"):
+            raise ValueError(f"side={side!r}; allowed: 'sender', 'receiver'")
+        self.model, self.side, self.rank, self.host, self.timeout_s = model, side, rank, host, timeout_s
+        self.version = -1  # the version this side sent last / holds (-1: none yet)
+        self._sender: WeightSender | None = None
+        self._receiver: WeightReceiver | None = None
+        self._transport: TorchDistributedTransport | ShardGatherFollower | None = None
+
+    @classmethod
+    def sender(cls, model: nn.Module, *, rank: int, host: str = "127.0.0.1", **kwargs: Any) -> WeightSync:
+        return cls(model, side="sender", rank=rank, host=host, **kwargs)
+
+    @classmethod
+    def receiver(cls, model: nn.Module, *, rank: int, **kwargs: Any) -> WeightSync:
+        return cls(model, side="receiver", rank=rank, **kwargs)
+
+    def endpoint(self) -> tuple[str, int]:
+        """(Sender rank 0) The address of this node and a free port there: where the peer group meets."""
+        from vla_infra.workers.worker import find_free_port
+
+        return self.host, find_free_port(self.host)
+
+    def join(self, host: str, port: int, world_size: int, backend: str = "gloo") -> None:
+        """Join a new peer group of ``world_size`` members at ``host:port`` (every member calls it at once; the
+        sender's rank 0 is member 0, rollout rank ``r`` member ``1 + r``, the other actor ranks only join the
+        gathers of a sharded model). The next send is a full one."""
+        self._transport = None  # the old group (if any) is dropped first
+        if self.side == "sender":
+            self._sender = WeightSender(self.model)
+            self._transport = ShardGatherFollower()
+            if self.rank != 0:
+                return
+        else:
+            self._receiver = WeightReceiver(self.model)
+        member = 0 if self.side == "sender" else 1 + self.rank
+        peers = PeerGroup(
+            host, port, rank=member, world_size=world_size, backend=backend, timeout_s=self.timeout_s
         )
-        self.receiver = WeightReceiver(rollout_model, strict=strict) if rollout_model is not None else None
+        self._transport = TorchDistributedTransport(peers)
 
-    @property
-    def version(self) -> int:
-        """The version held by this side (the receiver's if there is one, else the sender's)."""
-        if self.receiver is not None:
-            return self.receiver.version
-        assert self.sender is not None
-        return self.sender.version
-
-    def sync(self) -> int:
-        """Send (actor side) and/or receive and apply (rollout side); returns :attr:`version` afterwards.
+    def send(self, version: int) -> None:
+        """(Every actor rank, a collective when the model is sharded) Send the weights as ``version``.
 
         Raises:
-            StaleWeightsError: see :meth:`WeightReceiver.apply`.
+            StaleWeightsError: ``version`` is not newer than the last one sent over this group.
+            RuntimeError: :meth:`join` was not called.
         """
-        sent = False
-        if self.sender is not None:
-            update = self.sender.build_update()
-            if update is not None:
-                self.transport.send(update)
-                sent = True
-        if self.receiver is not None or (self.transport.collective and not sent):
-            if self.receiver is None or sent:
-                update = self.transport.recv()
-            else:
-                targets = self.receiver.model.state_dict(keep_vars=True)
-                update = self.transport.recv(targets, held_version=self.receiver.version)
-            if self.receiver is not None:
-                if update is None:
-                    raise RuntimeError("no weight update pending for the rollout side")
-                self.receiver.apply(update)
-        return self.version
+        if self.side != "sender" or self._sender is None:
+            raise RuntimeError("send() needs the sender side, joined to a peer group (join)")
+        sender = self._sender
+        sender.trainable_only = sender.version > 0 and any(
+            not p.requires_grad for p in self.model.parameters()
+        )
+        try:
+            update = sender.build_update(version=int(version))
+            if self._transport is not None:
+                self._transport.send(update)
+        except Exception:
+            self._transport = None  # closes this end: receivers waiting for the update fail fast
+            raise
+        self.version = int(version)
+
+    def receive(self, version: int) -> dict[str, int]:
+        """(Every rollout rank) Receive ``version`` from the sender and apply it in place.
+
+        Returns:
+            ``tensors`` and ``bytes`` received.
+
+        Raises:
+            StaleWeightsError: the update that arrives is not ``version`` (a missed or repeated sync), or not newer
+                than what this side holds since it joined.
+        """
+        if self.side != "receiver" or self._receiver is None or self._transport is None:
+            raise RuntimeError("receive() needs the receiver side, joined to a peer group (join)")
+        assert isinstance(self._transport, TorchDistributedTransport)
+        update = self._transport.recv(
+            self.model.state_dict(keep_vars=True), held_version=self._receiver.version
+        )
+        if update.version != version:
+            raise StaleWeightsError(
+                f"rollout rank {self.rank} expected weight version {version}, received {update.version}"
+            )
+        self._receiver.apply(update)
+        self.version = int(version)
+        return {"tensors": len(update.tensors), "bytes": update.num_bytes}
+
+    @torch.no_grad()
+    def load(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """(Receiver, actor and rollout in one process) Copy the actor's state dict in as ``version``."""
+        if self.side != "receiver":
+            raise RuntimeError("load() is the receiver side's")
+        self.model.load_state_dict(state_dict)
+        self.version = int(version)
+
+    def check_version(self, run_version: int | None) -> None:
+        """(Receiver) Refuse to generate with other weights than the run's last synced ``run_version``.
+
+        Raises:
+            StaleWeightsError: this rank holds another version (None: no check).
+        """
+        if run_version is not None and self.version != run_version:
+            raise StaleWeightsError(
+                f"rollout rank {self.rank} holds weight version {self.version} but the run is at version "
+                f"{run_version}: it refuses to generate with other weights than the actor's (sync it first)"
+            )
+
+
+class WeightSyncCoordinator:
+    """The driver's part of the weight protocol, between an actor and a rollout worker group.
+
+    The workers hold a :class:`WeightSync` each and expose it as these registered methods (the names this class
+    calls): the actor group ``weight_sync_endpoint`` (rank 0), ``join_weight_sync(host, port, world_size,
+    backend)``, ``send_weights(version)`` and ``state_dict()`` (full CPU tensors); the rollout group
+    ``join_weight_sync(...)``, ``receive_weights(version)`` (not restarted on a dead worker: the group it
+    waits in is gone), ``weight_version()`` and ``load_weights(state_dict, version)``.
+
+    Args:
+        actor, rollout: The two worker groups.
+        in_process: Actor and rollout share this process (local backend): a sync copies the actor's state dict
+            into the rollout. Else the actor's rank 0 broadcasts straight to the rollout ranks over a peer group
+            (NCCL when every member has a GPU, else gloo); only version numbers pass through here.
+    """
+
+    def __init__(self, actor: WorkerGroup, rollout: WorkerGroup, *, in_process: bool) -> None:
+        self.actor, self.rollout, self.in_process = actor, rollout, in_process
+        self.version: int | None = None  # the version last synced to the rollout (None: never)
+        self._joined = False
+
+    def sync(self, version: int) -> dict[str, int] | None:
+        """Sync the actor's weights to every rollout rank as ``version``.
+
+        A rollout rank that died before or during the sync is replaced (the rollout group's ``max_restarts``; its
+        ``on_restart`` calls :meth:`resync`) and the sync runs again over a new peer group.
+
+        Returns:
+            Across processes: the ``tensors`` and ``bytes`` rollout rank 0 received; in one process: None.
+
+        Raises:
+            StaleWeightsError: ``version`` is not newer than the last synced one.
+        """
+        if self.version is not None and version <= self.version:
+            raise StaleWeightsError(
+                f"weight version {version} is not newer than the last synced version {self.version}"
+            )
+        received = None
+        if self.in_process:
+            self.rollout.load_weights(self.actor.state_dict(), version)
+        else:
+            for attempt in range(1 + self.rollout.max_restarts):
+                restarts = self.rollout.num_restarts
+                self.rollout.weight_version.submit().result()  # a dead rank is replaced (and re-synced) here
+                try:
+                    received = self._send(version)
+                    break
+                except Exception:
+                    self.rollout.weight_version.submit().result()  # was it a rollout rank that died?
+                    if self.rollout.num_restarts == restarts or attempt == self.rollout.max_restarts:
+                        raise
+        self.version = version
+        return received
+
+    def resync(self, rank: int) -> None:
+        """Rollout rank ``rank`` is a new process with its own initial weights and no place in the peer group:
+        rebuild the group and send the current version again (to every rank: a new group's first send is a full
+        one), so the rank generates with the actor's weights, bit for bit. In one process nothing to do (the
+        rollout group replays ``load_weights``)."""
+        if self.in_process:
+            return
+        self._joined = False
+        if self.version is not None:
+            self._send(self.version)
+
+    def connect(self) -> None:
+        """(Re)build the peer group: every member joins at once; the next sync is a full one."""
+        members = [self.actor.placements[0], *self.rollout.placements]
+        backend = "nccl" if all(p.local_gpu is not None for p in members) else "gloo"
+        host, port = self.actor.weight_sync_endpoint()
+        world = 1 + self.rollout.world_size
+        joins = [
+            self.actor.join_weight_sync.submit(host, port, world, backend),
+            self.rollout.join_weight_sync.submit(host, port, world, backend),
+        ]
+        for j in joins:
+            j.result()
+        self._joined = True
+
+    def _send(self, version: int) -> dict[str, int]:
+        if not self._joined:
+            self.connect()
+        sent = self.actor.send_weights.submit(version)
+        receiving = self.rollout.receive_weights.submit(version)
+        try:
+            sent.result()
+            return receiving.result()
+        except Exception:
+            # the sender dropped its end of the group, so receivers still waiting fail fast; rebuild next time
+            self._joined = False
+            raise
 
 
 def state_dicts_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -31,6 +32,32 @@ def weights_from_checkpoint() -> Iterator[None]:
         _FROM_CHECKPOINT.reset(token)
 
 
+#: True while this thread (context) builds a checkpoint-backed body: its parameters are created on ``meta``.
+_ON_META: contextvars.ContextVar[bool] = contextvars.ContextVar("params_on_meta", default=False)
+_INSTALL = threading.Lock()
+_installed = False
+
+
+def _install_meta_registration() -> None:
+    """Wrap ``nn.Module.register_parameter`` once per process so that it moves a new parameter to ``meta`` while
+    :data:`_ON_META` is set in the calling context. The flag is a context variable, so a module built at the same
+    time on another thread (the local backend runs workers on threads) keeps real parameters, and the wrapper is
+    never swapped back, so overlapping loads cannot leave it in a wrong state."""
+    global _installed
+    with _INSTALL:
+        if _installed:
+            return
+        register = nn.Module.register_parameter
+
+        def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+            register(module, name, param)
+            if param is not None and _ON_META.get() and not param.is_meta:
+                module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+        nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
+        _installed = True
+
+
 @contextlib.contextmanager
 def checkpoint_backed() -> Iterator[None]:
     """Around the construction of a module whose every weight a checkpoint supplies: inside
@@ -38,20 +65,14 @@ def checkpoint_backed() -> Iterator[None]:
     if not _FROM_CHECKPOINT.get():
         yield
         return
-    register = nn.Module.register_parameter
-
-    def register_on_meta(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
-        register(module, name, param)
-        if param is not None and not param.is_meta:
-            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-
-    nn.Module.register_parameter = register_on_meta  # type: ignore[method-assign]
-    token = _FROM_CHECKPOINT.set(False)  # modules built inside are not patched twice
+    _install_meta_registration()
+    outer = _FROM_CHECKPOINT.set(False)  # modules built inside are not wrapped twice
+    on_meta = _ON_META.set(True)
     try:
         yield
     finally:
-        _FROM_CHECKPOINT.reset(token)
-        nn.Module.register_parameter = register  # type: ignore[method-assign]
+        _ON_META.reset(on_meta)
+        _FROM_CHECKPOINT.reset(outer)
 
 
 def assign_state_dict(module: nn.Module, state_dict: dict[str, torch.Tensor]) -> tuple[list[str], list[str]]:

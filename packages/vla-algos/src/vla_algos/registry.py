@@ -137,7 +137,11 @@ def register_advantage_estimator(
 def register_policy_loss(name: str, fn: Callable[..., Any], *, uses_critic: bool = False) -> None:
     """Add a policy objective under a new ``loss_type`` name (existing names cannot be replaced).
 
-    ``fn`` takes the keywords of :func:`vla_algos.actor_critic_loss` and returns ``(loss, metrics)``.
+    ``fn`` takes the keywords of :func:`vla_algos.actor_critic_loss` and returns ``(loss, metrics)``. A trainer
+    calls it once per micro-batch and adds the results up (gradients and metrics), so the loss and every metric
+    must be in :func:`vla_algos.agg_loss` form: ``sum(w * x) / weight_sum`` with the ``weight_sum`` /
+    ``entropy_weight_sum`` / ``value_weight_sum`` keywords it receives (the whole minibatch's weight sums). A
+    per-micro-batch mean instead would scale the gradient with the number of micro-batches.
     """
     _check_new(POLICY_LOSSES, "loss_type", name)
     POLICY_LOSSES[name] = PolicyLoss(name, fn, uses_critic)

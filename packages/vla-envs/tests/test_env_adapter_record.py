@@ -5,6 +5,7 @@ grouping, scripted demos and the `vla-envs` command line all find it without any
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from vla_envs import (
     TaskGrouping,
     adapters,
     check_env_config,
+    check_env_offload,
     demo_env_types,
     demo_settings,
     evaluation_table,
@@ -302,5 +304,27 @@ def test_every_built_in_record_names_importable_functions() -> None:
         demos = adapter.demos
         refs = [adapter.factory, adapter.task_lister, adapter.check_config, adapter.task_grouping]
         refs += [] if demos is None else [demos.generate, demos.settings, demos.from_cli]
+        refs += [] if isinstance(adapter.offload, bool) else [adapter.offload]
         for ref in refs:
             assert ref is None or callable(resolve_ref(ref)), (adapter.name, ref)
+
+
+def test_offload_is_what_the_record_declares(toy_line: EnvAdapter) -> None:
+    """`env.enable_offload` is checked against the record: refused by name for a record without offload, allowed
+    for one that declares it, and a record's own check decides per configuration."""
+    cfg = EnvConfig(env_type=ENV_TYPE)
+    with pytest.raises(ValueError, match=f"env_type='{ENV_TYPE}' declares no offload"):
+        check_env_offload(cfg)
+
+    def needs_a_worker_process(c: EnvConfig) -> None:
+        if c.envs_per_worker == 0:
+            raise ValueError("EnvConfig.envs_per_worker=0 keeps the simulators in this process")
+
+    for offload in (True, needs_a_worker_process):
+        register_adapter(dataclasses.replace(toy_line, offload=offload), overwrite=True)
+        check_env_offload(cfg)
+    with pytest.raises(ValueError, match="envs_per_worker=0"):
+        check_env_offload(EnvConfig(env_type=ENV_TYPE, envs_per_worker=0))
+    check_env_offload(EnvConfig(env_type="metaworld", task="reach-v3"))
+    with pytest.raises(ValueError, match="sim_backend"):
+        check_env_offload(EnvConfig(env_type="maniskill", task="PickCube-v1", extra={"sim_backend": "gpu"}))

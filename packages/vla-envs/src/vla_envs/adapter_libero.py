@@ -37,5 +37,6 @@ LIBERO = register_adapter(
         task_lister="vla_envs.libero:list_libero_tasks",
         check_config="vla_envs.libero.options:resolve_options",
         task_grouping=suite_grouping,
+        offload=True,
     )
 )

@@ -52,5 +52,6 @@ MANISKILL = register_adapter(
             settings="vla_envs.maniskill.put_on_plate_demos:put_on_plate_demo_settings",
             from_cli=demo_settings_from_cli,
         ),
+        offload="vla_envs.maniskill.options:check_offload",
     )
 )

@@ -80,5 +80,6 @@ METAWORLD = register_adapter(
             settings=demo_settings,
             from_cli=demo_settings_from_cli,
         ),
+        offload=True,
     )
 )

@@ -11,5 +11,6 @@ ROBOTWIN = register_adapter(
         factory="vla_envs.robotwin:make_robotwin_env",
         task_lister="vla_envs.robotwin:list_robotwin_tasks",
         check_config="vla_envs.robotwin.options:resolve_options",
+        offload=True,
     )
 )

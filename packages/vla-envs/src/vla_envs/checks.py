@@ -5,7 +5,7 @@ that env can stop and rebuild its simulators between phases (`offload()` / `onlo
 from __future__ import annotations
 
 from vla_envs.config import EnvConfig
-from vla_envs.registry import get_adapter, resolve_ref
+from vla_envs.registry import get_adapter
 
 
 def check_env_config(cfg: EnvConfig) -> None:
@@ -15,18 +15,7 @@ def check_env_config(cfg: EnvConfig) -> None:
     get_adapter(cfg.env_type).check(cfg)
 
 
-#: env_type -> "module:function(cfg)" that raises ValueError when that configuration of the adapter cannot be
-#: offloaded. The other built-in adapters always can: their simulators live in subprocesses (MetaWorld, LIBERO,
-#: ManiSkill's CPU backend: `VectorEnv`) or in RoboTwin's own process, which `offload()` stops and `onload()`
-#: starts again.
-_OFFLOAD_CHECKERS = {"maniskill": "vla_envs.maniskill.options:check_offload"}
-
-
 def check_env_offload(cfg: EnvConfig) -> None:
     """Raise ValueError (one line naming the setting and what is allowed) if the env of `cfg` cannot release its
-    simulators between phases (`offload()` / `onload()`). An env type registered without a checker is checked
-    when built (its env must have `offload` and `onload`)."""
-    ref = _OFFLOAD_CHECKERS.get(str(cfg.env_type))
-    if ref is None:
-        return
-    resolve_ref(ref)(cfg)
+    simulators between phases (`offload()` / `onload()`), as its adapter record declares (`EnvAdapter.offload`)."""
+    get_adapter(cfg.env_type).check_offload(cfg)

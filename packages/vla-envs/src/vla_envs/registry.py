@@ -93,6 +93,9 @@ class EnvAdapter:
         task_grouping: `(tasks) -> TaskGrouping`: the groups of the reference result table (MetaWorld difficulty,
             LIBERO suite, ...); raises ValueError for a task unknown to the env type. None: tasks only.
         demos: scripted-expert demonstrations, or None.
+        offload: whether the env can stop its simulators between phases and rebuild them (`offload()` /
+            `onload()`, `env.enable_offload`): True, False, or a `(EnvConfig) -> Any` check that raises ValueError
+            naming the setting that prevents it.
     """
 
     name: str
@@ -101,6 +104,7 @@ class EnvAdapter:
     check_config: ConfigChecker | str | None = None
     task_grouping: GroupingFn | str | None = None
     demos: ScriptedDemos | None = None
+    offload: bool | ConfigChecker | str = False
 
     def make_env(self, cfg: EnvConfig) -> BatchedEnv:
         """Build the batched env of `cfg` (whose `env_type` is this adapter's)."""
@@ -114,6 +118,16 @@ class EnvAdapter:
         """Raise ValueError if `cfg` has a setting this adapter refuses (nothing without a checker)."""
         if self.check_config is not None:
             resolve_ref(self.check_config)(cfg)
+
+    def check_offload(self, cfg: EnvConfig) -> None:
+        """Raise ValueError (one line) if the env of `cfg` cannot release its simulators between phases."""
+        if self.offload is False:
+            raise ValueError(
+                f"env_type={self.name!r} declares no offload (its EnvAdapter record has offload=False): its "
+                "simulators stay resident"
+            )
+        if self.offload is not True:
+            resolve_ref(self.offload)(cfg)
 
     def grouping(self, tasks: Sequence[str]) -> TaskGrouping:
         """The result-table grouping of `tasks` (an empty `TaskGrouping` without a grouping function)."""

@@ -46,3 +46,20 @@ def test_episode_video_written_and_readable(tmp_path) -> None:
     assert len(frames) == 5  # reset frame + every one of the 4 steps (not one frame per chunk)
     assert frames[0].shape == (256, 256, 3)  # upscaled 32 -> 256 for a readable overlay
     assert len(imageio.mimread(str(tmp_path / "episode_env0_ep1.mp4"))) == 4  # reset frame + 3 steps
+
+
+def test_every_env_that_records_videos_names_them_by_tag() -> None:
+    """An env holding an `EpisodeVideoRecorder` must take the run's tag (env rank and iteration), not keep the
+    base class's no-op `set_video_tag`: checked over every BatchedEnv of vla_envs, without building simulators."""
+    import importlib
+    import inspect
+
+    from vla_envs.base import BatchedEnv
+
+    for module in ("vla_envs.vector", "vla_envs.robotwin.env", "vla_envs.maniskill.gpu_env"):
+        importlib.import_module(module)
+    envs = BatchedEnv.__subclasses__()
+    assert {e.__name__ for e in envs} >= {"VectorEnv", "RoboTwinEnv", "ManiSkillGPUEnv"}
+    for env in envs:
+        if "EpisodeVideoRecorder" in inspect.getsource(inspect.getmodule(env)):
+            assert env.set_video_tag is not BatchedEnv.set_video_tag, env.__name__

@@ -125,8 +125,7 @@ class EnvWorker(Worker):
     @register("one_to_all", collect="none", replay=True)
     def set_iteration(self, iteration: int) -> None:
         """The training iteration the next episodes belong to: it names their video files."""
-        if hasattr(self.env, "set_video_tag"):
-            self.env.set_video_tag(f"{self._video_tag}_iter{int(iteration)}")
+        self.env.set_video_tag(f"{self._video_tag}_iter{int(iteration)}")
 
     @register("split", replay=True)
     def reset(self, reset_state_ids: np.ndarray | None = None, seed: int | None = None) -> dict[str, Any]:

@@ -145,6 +145,11 @@ class BatchedEnv(abc.ABC):
         `restart_time_s` so far; zeros for envs without restartable workers."""
         return {"worker_restarts": float(self.worker_restarts), "lost_episodes": 0.0, "restart_time_s": 0.0}
 
+    def set_video_tag(self, tag: str) -> None:
+        """Name prefix of the video files written from now on (`{tag}_env{row}_ep{n}.mp4`), e.g. the run's env rank
+        and iteration. Envs that record episode videos override it; an env that records none has nothing to name."""
+        del tag
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release simulators and worker processes (idempotent)."""

@@ -245,6 +245,12 @@ class RoboTwinEnv(BatchedEnv):
             final_mask=ended, episode_metrics=metrics, infos={"success": success, "worker_restarts": 0},
         )  # fmt: skip
 
+    def set_video_tag(self, tag: str) -> None:
+        """Name prefix of the video files written from now on (`{tag}_env{row}_ep{n}.mp4`); episodes in progress
+        are written under the new tag. No-op without `save_video`."""
+        if self.video is not None:
+            self.video.tag = str(tag)
+
     def close(self) -> None:
         """Write pending videos and close RoboTwin's envs (idempotent)."""
         if self._closed:

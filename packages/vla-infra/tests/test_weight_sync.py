@@ -122,6 +122,37 @@ def test_peer_group_sync_reaches_every_rollout_rank_bit_exactly() -> None:
     assert results == {0: 7, 1: (7, True), 2: (7, True)}
 
 
+def test_a_receiver_expecting_another_version_keeps_its_weights() -> None:
+    """An update that is newer than what a receiver holds but not the version it expects is drained and staged,
+    never written into the model: the receiver refuses it with its weights as they were."""
+    actor, _ = _models()
+    port, world = find_free_port(), 2
+    results: dict[int, Any] = {}
+
+    def member(rank: int) -> None:
+        try:
+            peers = PeerGroup("127.0.0.1", port, rank=rank, world_size=world, timeout_s=60)
+            transport = TorchDistributedTransport(peers, bucket_bytes=4096, direct_bytes=8192)
+            if rank == 0:
+                transport.send(WeightSender(actor).build_update(version=3))
+            else:
+                rollout = _models()[1]
+                before = {k: v.clone() for k, v in rollout.state_dict().items()}
+                update = transport.recv(
+                    rollout.state_dict(keep_vars=True), held_version=1, expected_version=2
+                )
+                results[rank] = (update.version, state_dicts_equal(rollout.state_dict(), before))
+        except Exception as exc:  # reported by the assertion below
+            results[rank] = exc
+
+    threads = [threading.Thread(target=member, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert results == {1: (3, True)}
+
+
 def test_coordinator_in_one_process_copies_the_actors_weights() -> None:
     """The local backend: actor and rollout workers in this process, a sync loads the actor's state dict."""
     backend = LocalBackend()

@@ -322,11 +322,16 @@ class TorchDistributedTransport:
                 buf = torch.cat([as_bytes(i).to(self.device) for i in bucket])
             self._broadcast(buf)
 
-    def recv(self, targets: Mapping[str, torch.Tensor] | None = None, held_version: int = 0) -> WeightUpdate:
+    def recv(
+        self,
+        targets: Mapping[str, torch.Tensor] | None = None,
+        held_version: int = 0,
+        expected_version: int | None = None,
+    ) -> WeightUpdate:
         """Receive the next update. A tensor sent on its own lands straight in its ``targets`` tensor (no staging
         copy) when that one is contiguous with the same shape and dtype on the transport's device and the update
-        is newer than ``held_version``; else it is staged, so a receiver that refuses the update keeps its
-        weights."""
+        is newer than ``held_version`` and is ``expected_version`` (when given); else it is staged, so a receiver
+        that refuses the update keeps its weights."""
         meta = self._broadcast_meta(None)
         dtypes = [getattr(torch, d) for d in meta["dtypes"]]
         if not all(isinstance(dt, torch.dtype) for dt in dtypes):
@@ -335,7 +340,8 @@ class TorchDistributedTransport:
             int(torch.Size(shape).numel()) * torch.empty((), dtype=dt).element_size()
             for shape, dt in zip(meta["shapes"], dtypes)
         ]
-        in_place = targets if meta["version"] > held_version else None
+        wanted = expected_version is None or meta["version"] == expected_version
+        in_place = targets if meta["version"] > held_version and wanted else None
         tensors: dict[str, torch.Tensor] = {}
         for bucket in self._buckets(sizes):
             if len(bucket) == 1 and in_place is not None:
@@ -468,7 +474,9 @@ class WeightSync:
             raise RuntimeError("receive() needs the receiver side, joined to a peer group (join)")
         assert isinstance(self._transport, TorchDistributedTransport)
         update = self._transport.recv(
-            self.model.state_dict(keep_vars=True), held_version=self._receiver.version
+            self.model.state_dict(keep_vars=True),
+            held_version=self._receiver.version,
+            expected_version=version,
         )
         if update.version != version:
             raise StaleWeightsError(

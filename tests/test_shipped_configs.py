@@ -137,6 +137,9 @@ def shrunk_overrides(name: str) -> list[str]:
         "actor.model.size=tiny",
         "actor.model.model_path=null",
         "actor.model.precision=fp32",
+        # compute at the model's precision too: a narrower param_dtype runs the actor's forward under autocast
+        # while the rollout computes in fp32, and the first minibatch's ratio check below compares the two
+        "++actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor.model.unnorm_key=null",  # action statistics come with a checkpoint; the tiny model has none
         "actor.model.image_size=32",
         "++actor.model.extra.patch_size=16",

@@ -28,6 +28,7 @@ import dataclasses
 import json
 import multiprocessing as mp
 import os
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -208,7 +209,6 @@ def generate_metaworld_demos(
     Returns:
         The metadata written to meta.json.
     """
-    from tqdm import tqdm
 
     from vla_envs.metaworld.env import check_metaworld_installed, metaworld_spec
 
@@ -239,23 +239,44 @@ def generate_metaworld_demos(
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=len(tasks) * episodes_per_task, desc="demos", unit="ep", disable=not progress)
+    results = run_demo_jobs(
+        _run_job, jobs, [len(job[2]) for job in jobs], desc="demos", num_workers=num_workers,
+        start_method=start_method, progress=progress,
+    )  # fmt: skip
+    return write_demos(out, cfg, results)
+
+
+def run_demo_jobs(
+    run_job: Callable[[Any], dict[str, Any]],
+    jobs: list[Any],
+    episodes: list[int],
+    *,
+    desc: str,
+    num_workers: int,
+    start_method: str,
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Run `run_job` (a module-level function, picklable) on every job, in this process (`num_workers=0`) or in a
+    pool of worker processes, with a progress bar counting `episodes[i]` for job i; the results in job order."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=sum(episodes), desc=desc, unit="ep", disable=not progress)
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     if num_workers == 0:
         for i, job in enumerate(jobs):
-            results[i] = _run_job(job)
-            bar.update(len(job[2]))
+            results[i] = run_job(job)
+            bar.update(episodes[i])
     else:
         # ProcessPoolExecutor (unlike mp.Pool) raises BrokenProcessPool instead of hanging if a worker dies
         ctx = mp.get_context(start_method)
         with ProcessPoolExecutor(min(num_workers, len(jobs)), mp_context=ctx) as pool:
-            futures = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
+            futures = {pool.submit(run_job, job): i for i, job in enumerate(jobs)}
             for future in as_completed(futures):
                 i = futures[future]
                 results[i] = future.result()
-                bar.update(len(jobs[i][2]))
+                bar.update(episodes[i])
     bar.close()
-    return write_demos(out, cfg, [r for r in results if r is not None])
+    return [r for r in results if r is not None]
 
 
 def write_demos(out: Path, cfg: EnvConfig, results: list[dict[str, Any]]) -> dict[str, Any]:

@@ -11,16 +11,14 @@ An episode stops at its first success or after `max_episode_steps` decisions; fa
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vla_envs.config import EnvConfig
-from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, stack_steps, write_demos
+from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, run_demo_jobs, stack_steps, write_demos
 from vla_envs.maniskill import put_on_plate
 
 
@@ -163,7 +161,6 @@ def generate_put_on_plate_demos(
         start_method: multiprocessing start method.
         progress: Show a tqdm progress bar.
     """
-    from tqdm import tqdm
 
     from vla_envs.maniskill.runtime import check_task
 
@@ -192,19 +189,8 @@ def generate_put_on_plate_demos(
     ]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=episodes_per_task, desc="put-on-plate demos", unit="ep", disable=not progress)
-    results: list[dict[str, Any] | None] = [None] * len(jobs)
-    if num_workers == 0:
-        for i, job in enumerate(jobs):
-            results[i] = _run_job(job)
-            bar.update(len(job[2]))
-    else:
-        ctx = mp.get_context(start_method)
-        with ProcessPoolExecutor(min(num_workers, len(jobs)), mp_context=ctx) as pool:
-            futures = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
-            for future in as_completed(futures):
-                i = futures[future]
-                results[i] = future.result()
-                bar.update(len(jobs[i][2]))
-    bar.close()
-    return write_demos(out, cfg, [r for r in results if r is not None])
+    results = run_demo_jobs(
+        _run_job, jobs, [len(job[2]) for job in jobs], desc="put-on-plate demos", num_workers=num_workers,
+        start_method=start_method, progress=progress,
+    )  # fmt: skip
+    return write_demos(out, cfg, results)

@@ -26,8 +26,9 @@ def test_the_graph_reads_every_package_and_the_app() -> None:
     assert ig.app_names() == {"train_embodied"}
     # module-level and lazy imports are edges (lazy ones only with lazy=True); TYPE_CHECKING imports are not
     assert "vla_envs.base" in graph["vla_envs.vector"]
-    assert "vla_models.checkpoint" in graph["vla_models.policy_base"]  # lazy, in save_pretrained
-    assert "vla_models.checkpoint" not in ig.build_graph(lazy=False)["vla_models.policy_base"]
+    policy, layout = "vla_models.prismatic.policy_prismatic", "vla_models.prismatic.checkpoint_prismatic"
+    assert layout in graph[policy]  # lazy, in save_pretrained
+    assert layout not in ig.build_graph(lazy=False)[policy]
     assert "vla_envs.config" not in graph["vla_envs.registry"]  # under `if TYPE_CHECKING:` only
 
 

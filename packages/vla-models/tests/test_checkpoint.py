@@ -9,7 +9,8 @@ import torch
 import torch.nn.functional as F
 
 from vla_models import OpenVLAConfig, OpenVLAOFTConfig, PrismaticConfig, build_policy, load_policy
-from vla_models.checkpoint import _config_from_prismatic, _prismatic_fields, read_state_dict
+from vla_models.checkpoint_files import read_state_dict
+from vla_models.prismatic.openvla_folder import config_from_openvla, openvla_config_fields
 
 STATS = {"bridge": {"action": {"q01": [-0.5] * 4, "q99": [0.5] * 4, "mask": [True, True, True, False]}}}
 
@@ -152,8 +153,8 @@ def test_saved_names_carry_timm_semantics(tmp_path) -> None:
 
 
 def test_published_config_json_maps_to_openvla_7b() -> None:
-    fields = _prismatic_fields(OpenVLAConfig.openvla_7b(norm_stats=STATS))
-    cd = _config_from_prismatic(json.loads(json.dumps(fields)))
+    fields = openvla_config_fields(OpenVLAConfig.openvla_7b(norm_stats=STATS))
+    cd = config_from_openvla(json.loads(json.dumps(fields)))
     assert cd["backbone"] == PrismaticConfig.openvla_7b()
     assert cd["norm_stats"] == STATS and cd["n_action_bins"] == 256
 
@@ -199,7 +200,7 @@ def test_value_head_is_dropped_or_initialised_to_match_the_config(tmp_path, make
     assert out.values is not None and out.values.abs().min() > 0
     critic.save_pretrained(tmp_path / "ppo")
 
-    with caplog.at_level(logging.INFO, logger="vla_models.checkpoint"):
+    with caplog.at_level(logging.INFO, logger="vla_models.prismatic.checkpoint_prismatic"):
         actor = load_policy(tmp_path / "ppo", add_value_head=False)  # raised "unexpected ['value_head...']"
     assert actor.value_head is None and not actor.config.add_value_head
     assert not [n for n in actor.state_dict() if "value_head" in n]
@@ -210,7 +211,7 @@ def test_value_head_is_dropped_or_initialised_to_match_the_config(tmp_path, make
 
     actor.save_pretrained(tmp_path / "actor")
     caplog.clear()
-    with caplog.at_level(logging.INFO, logger="vla_models.checkpoint"):
+    with caplog.at_level(logging.INFO, logger="vla_models.prismatic.checkpoint_prismatic"):
         fresh = load_policy(tmp_path / "actor", add_value_head=True)
     assert "initialised a fresh one" in caplog.text
     logp2, _, values2 = fresh.evaluate(out.forward_inputs)

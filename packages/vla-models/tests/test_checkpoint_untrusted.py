@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from vla_models import OpenVLAOFTConfig, build_policy, check_checkpoint, load_policy
-from vla_models.checkpoint import MODEL_MANIFEST, write_model_manifest
+from vla_models.checkpoint_files import MODEL_MANIFEST, write_model_manifest
 from vla_models.openpi import OpenPiConfig
 
 

@@ -123,7 +123,20 @@ def _imported_modules(path: Path) -> list[str]:
 FAMILY_MODULES = ("vla_models.openvla", "vla_models.openvla_oft", "vla_models.openpi", "vla_models.family_")
 
 
-@pytest.mark.parametrize("shared", ["policy_base.py", "checkpoint.py", "factory.py", "families.py"])
+@pytest.mark.parametrize(
+    "shared",
+    [
+        "prismatic/policy_prismatic.py",
+        "prismatic/checkpoint_prismatic.py",
+        "prismatic/openvla_folder.py",
+        "checkpoint.py",
+        "checkpoint_files.py",
+        "checkpoint_settings.py",
+        "forward_inputs.py",
+        "factory.py",
+        "families.py",
+    ],
+)
 def test_the_shared_code_imports_no_family_module(shared: str) -> None:
     found = [m for m in _imported_modules(SRC / shared) if m.startswith(FAMILY_MODULES)]
     assert found == [], f"{shared} imports family modules {found}"
@@ -139,7 +152,7 @@ def test_importing_the_package_and_listing_families_imports_no_model_code() -> N
     code = (
         "import sys, vla_models; names = vla_models.family_names(); "
         "vla_models.get_family('openvla_oft').check_settings({'action_head': 'x'}, 'm.'); "
-        "print(names, [m for m in ('torch', 'transformers', 'vla_models.policy_base') if m in sys.modules])"
+        "print(names, [m for m in ('torch', 'transformers', 'vla_models.prismatic.policy_prismatic') if m in sys.modules])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from vla_models import load_policy
-from vla_models.checkpoint import read_state_dict
+from vla_models.checkpoint_files import read_state_dict
 
 FOLDER = Path(__file__).parent / "official_vla" / "openvla_oft" / "checkpoint"
 TOWERS = {

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import save_file
 
 from vla_models import load_policy
-from vla_models.checkpoint import read_state_dict
+from vla_models.checkpoint_files import read_state_dict
 
 FOLDER = Path(__file__).parent / "official_vla" / "openvla" / "checkpoint"
 RANK, ALPHA = 4, 8

@@ -2,8 +2,8 @@ import pytest
 import torch
 
 from vla_models import PrismaticConfig, VisionTowerConfig
-from vla_models.policy_base import build_attention_mask, position_ids_from
 from vla_models.prismatic.modeling_prismatic import PrismaticBackbone, _run_tower
+from vla_models.prismatic.sequence_layout import build_attention_mask, position_ids_from
 
 
 def test_tower_features_are_second_to_last_block_patches() -> None:

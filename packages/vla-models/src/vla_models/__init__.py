@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     from vla_models.checkpoint import check_checkpoint
     from vla_models.factory import build_policy, config_from_dict, load_policy
     from vla_models.family_openvla import prismatic_family
+    from vla_models.forward_inputs import PROMPT_KEYS, concat_forward_inputs, pad_prompts
     from vla_models.normalization import BoundsNormalizer, stats_from_bounds
     from vla_models.observations import check_observation
     from vla_models.openpi import OpenPiConfig, OpenPiPolicy
     from vla_models.openvla import OpenVLAConfig, OpenVLAPolicy
     from vla_models.openvla_oft import OpenVLAOFTConfig, OpenVLAOFTPolicy
-    from vla_models.policy_base import PROMPT_KEYS, concat_forward_inputs, pad_prompts
     from vla_models.policy_output import PolicyOutput
     from vla_models.prismatic import LanguageModelConfig, PrismaticConfig, VisionTowerConfig
     from vla_models.rl_parameters import rl_parameters
@@ -93,9 +93,9 @@ __getattr__, __dir__ = lazy_exports(
         "OpenVLAPolicy": "vla_models.openvla.modeling_openvla",
         "OpenVLAOFTConfig": "vla_models.openvla_oft.configuration_openvla_oft",
         "OpenVLAOFTPolicy": "vla_models.openvla_oft.modeling_openvla_oft",
-        "concat_forward_inputs": "vla_models.policy_base",
-        "pad_prompts": "vla_models.policy_base",
-        "PROMPT_KEYS": "vla_models.policy_base",
+        "concat_forward_inputs": "vla_models.forward_inputs",
+        "pad_prompts": "vla_models.forward_inputs",
+        "PROMPT_KEYS": "vla_models.forward_inputs",
         "PolicyOutput": "vla_models.policy_output",
         "LanguageModelConfig": "vla_models.prismatic.configuration_prismatic",
         "PrismaticConfig": "vla_models.prismatic.configuration_prismatic",

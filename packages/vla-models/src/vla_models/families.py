@@ -4,8 +4,7 @@ record, and every place that needs to enumerate families looks them up here.
 A family lives in a module ``vla_models/family_<name>.py`` that calls ``register_family``. The registry imports
 those modules on its first lookup, so importing ``vla_models`` imports no model code; the family modules
 themselves stay light (their config and policy classes are named as ``"module:Class"`` and imported on first
-use). The shared code (``policy_base``, ``checkpoint``, ``factory``) imports no family module: it asks the
-registry.
+use). The shared code (``checkpoint``, ``factory``, ...) imports no family module: it asks the registry.
 """
 
 from __future__ import annotations
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
+
+from vla_models.checkpoint_settings import architecture_settings
 
 
 def _no_errors(settings: Mapping[str, Any], prefix: str = "") -> list[str]:
@@ -67,6 +68,9 @@ class ModelFamily:
         load_settings: settings dict -> ``load_policy`` keywords (architecture keys the folder must agree with,
             and the run's own keys).
         saved_config_defaults: values of config fields that configs saved before the field existed imply.
+        saved_architecture: a saved config block (``config.json``'s ``vla_models``, its defaults filled in) -> the
+            architecture settings it fixes (``vla_models.checkpoint_settings.ARCHITECTURE_KEYS``, including those
+            its nested configs hold, e.g. a Prismatic backbone's ``image_size``); a setting that differs is refused.
         fixed_image_size: whether a policy built from scratch only takes frames of its ``image_size`` (a family
             that resizes frames itself sets False).
         reads_robot_platform: whether the family's official code picks its action / proprio normalisation from the
@@ -89,6 +93,7 @@ class ModelFamily:
     config_from_settings: Callable[[Mapping[str, Any]], Any] = _no_config_from_settings
     load_settings: Callable[[Mapping[str, Any]], dict[str, Any]] = _no_load_settings
     saved_config_defaults: Mapping[str, Any] = field(default_factory=dict)
+    saved_architecture: Callable[[Mapping[str, Any]], dict[str, Any]] = architecture_settings
     fixed_image_size: bool = True
     states_without_proprio: bool = True
     reads_robot_platform: bool = False

@@ -14,7 +14,7 @@ from vla_models.families import ModelFamily, check_at_least, register_family
 
 #: Block classes FSDP shards one by one: the Llama decoder layers and the layers of both vision towers.
 PRISMATIC_FSDP_CLASSES = ("LlamaDecoderLayer", "Dinov2WithRegistersLayer", "SiglipEncoderLayer")
-#: Layouts of ``vla_models.checkpoint``: a save_pretrained folder, a published OpenVLA folder.
+#: Layouts of ``vla_models.prismatic.checkpoint_prismatic``: a save_pretrained folder, a published OpenVLA folder.
 PRISMATIC_LAYOUTS = ("save_pretrained", "openvla_published")
 #: Settings every Prismatic family reads (beyond those of every family).
 PRISMATIC_SETTINGS = frozenset(
@@ -115,9 +115,16 @@ def build_prismatic(config: Any, extra_load_keys: tuple[str, ...] = ()) -> Any:
 
 
 def load_prismatic(path: str | Path, **settings: Any) -> Any:
-    from vla_models.checkpoint import load_prismatic as load
+    from vla_models.prismatic.checkpoint_prismatic import load_prismatic as load
 
     return load(path, **settings)
+
+
+def prismatic_saved_architecture(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """The architecture settings a saved Prismatic config fixes, its backbone's sizes included."""
+    from vla_models.prismatic.checkpoint_prismatic import saved_architecture
+
+    return saved_architecture(saved)
 
 
 def detect_prismatic(family: str, *, published: bool | None) -> Callable[[Path], bool]:
@@ -125,7 +132,7 @@ def detect_prismatic(family: str, *, published: bool | None) -> Callable[[Path],
     OpenVLA folder with (True) or without (False) OpenVLA-OFT training side files."""
 
     def detect(path: Path) -> bool:
-        from vla_models.checkpoint import published_prismatic_folder, saved_family
+        from vla_models.prismatic.openvla_folder import published_prismatic_folder, saved_family
 
         if saved_family(path) == family:
             return True
@@ -205,7 +212,7 @@ def prismatic_family(
 ) -> ModelFamily:
     """The ``ModelFamily`` of a policy on the Prismatic backbone (a subclass of ``PrismaticVLAPolicy`` whose
     config subclasses ``OpenVLAConfig`` and names ``name`` as its ``family``): it reads and writes the
-    ``vla_models.checkpoint`` layouts, FSDP shards the backbone's blocks.
+    ``vla_models.prismatic.checkpoint_prismatic`` layouts, FSDP shards the backbone's blocks.
 
     Args:
         published: whether published OpenVLA folders without (False) or with (True) OpenVLA-OFT training side
@@ -221,6 +228,7 @@ def prismatic_family(
         config_from_dict=prismatic_config_from_dict(name),
         build=build,
         load=load_prismatic,
+        saved_architecture=prismatic_saved_architecture,
         detect_checkpoint=detect_prismatic(name, published=published),
         checkpoint_layouts=layouts if published is not None else layouts[:1],
         fsdp_wrap_classes=PRISMATIC_FSDP_CLASSES,

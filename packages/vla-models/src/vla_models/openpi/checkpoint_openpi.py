@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from vla_models.checkpoint import INDEX_NAME, read_json, read_state_dict, write_model_manifest
+from vla_models.checkpoint_files import read_json, read_state_dict, write_model_manifest
 from vla_models.dtypes import default_dtype
 from vla_models.lora import deferred_merged_state_dict, has_lora
 from vla_models.meta_init import assign_state_dict, meta_parameters, weights_from_checkpoint
@@ -40,7 +40,7 @@ from vla_models.openpi.lerobot_folder import (
     lerobot_tokenizer_name,
 )
 from vla_models.openpi.processing_openpi import read_norm_stats, write_norm_stats
-from vla_models.safetensors_writer import write_weights
+from vla_models.safetensors_writer import INDEX_NAME, write_weights
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ from typing import Any
 import torch
 
 from vla_models.action_logprobs import action_logits, sample_offsets
-from vla_models.policy_base import PrismaticVLAPolicy, build_attention_mask, position_ids_from
 from vla_models.policy_output import PolicyOutput
+from vla_models.prismatic.policy_prismatic import PrismaticVLAPolicy
+from vla_models.prismatic.sequence_layout import build_attention_mask, position_ids_from
 from vla_models.sampling import Generators
 
 

@@ -8,8 +8,8 @@ from typing import Any
 import torch
 
 from vla_models.action_logprobs import action_logits, action_logprobs_and_entropy, sample_offsets
-from vla_models.policy_base import PrismaticVLAPolicy
 from vla_models.policy_output import PolicyOutput
+from vla_models.prismatic.policy_prismatic import PrismaticVLAPolicy
 from vla_models.sampling import Generators
 
 

@@ -215,7 +215,7 @@ def film_state_dict(
     side: dict[str, torch.Tensor], towers: tuple[VisionTowerConfig, ...]
 ) -> dict[str, torch.Tensor]:
     """OpenVLA-OFT's ``vision_backbone--*.pt`` (FiLM-wrapped towers with LoRA) -> plain OpenVLA tower names plus
-    ``film.<tower>.{scale,shift}.<block>.*``; see :func:`vla_models.film.film_checkpoint_to_openvla`."""
-    from vla_models.film import film_checkpoint_to_openvla
+    ``film.<tower>.{scale,shift}.<block>.*``; see :func:`vla_models.prismatic.film.film_checkpoint_to_openvla`."""
+    from vla_models.prismatic.film import film_checkpoint_to_openvla
 
     return film_checkpoint_to_openvla(side, towers)

@@ -1,14 +1,6 @@
-"""Shared machinery of the Prismatic-based policies (OpenVLA, OpenVLA-OFT).
-
-Sequence layout (every row has the same length, so action slots sit at the same indices)::
-
-    [BOS] [image tokens x N_img] [proprio token?] [prompt tokens, left-padded] [action slots x C*A] [STOP?]
-
-Padding sits inside the row; it is masked out of attention and position ids count only real tokens, which is
-equivalent to an unpadded row. OpenVLA fills the slots with the chosen action tokens (teacher forcing, causal)
-and reads position ``t - 1`` for slot ``t``. OFT fills them with zero (or learned) placeholders; how they
-attend and where they are read depends on ``implement_version`` (see ``OpenVLAOFTPolicy``). The value head
-reads the position just before the first slot.
+"""``PrismaticVLAPolicy``: what the Prismatic-based policies (OpenVLA, OpenVLA-OFT) share -- inputs, the one
+forward over the sequence of ``vla_models.prismatic.sequence_layout``, log-probs, values, the supervised loss and
+persistence. Subclasses fill the action slots and decode (``predict``).
 """
 
 from __future__ import annotations
@@ -30,71 +22,13 @@ from vla_models.policy_output import PolicyOutput
 from vla_models.prismatic.action_head import L1RegressionActionHead
 from vla_models.prismatic.modeling_prismatic import PrismaticBackbone
 from vla_models.prismatic.processing_prismatic import OpenVLAProcessor
+from vla_models.prismatic.sequence_layout import (
+    build_attention_mask,
+    full_attention_mask,
+    position_ids_from,
+)
 from vla_models.sampling import Generators
 from vla_models.value_head import ValueHead
-
-
-def build_attention_mask(key_valid: torch.Tensor, num_slots: int, *, bidirectional: bool) -> torch.Tensor:
-    """Boolean ``[B, 1, T, T]`` mask: causal over valid keys; the last ``num_slots`` positions also see each
-    other when ``bidirectional``. Every query sees itself (no empty rows for padding)."""
-    t = key_valid.shape[1]
-    idx = torch.arange(t, device=key_valid.device)
-    allowed = idx[None, :] <= idx[:, None]
-    if bidirectional and num_slots > 0:
-        slot = idx >= t - num_slots
-        allowed = allowed | (slot[:, None] & slot[None, :])
-    mask = allowed[None] & key_valid[:, None, :]
-    mask = mask | torch.eye(t, dtype=torch.bool, device=key_valid.device)[None]
-    return mask[:, None]
-
-
-def full_attention_mask(key_valid: torch.Tensor) -> torch.Tensor:
-    """Boolean ``[B, 1, T, T]`` mask: every position sees every valid key (OpenVLA-OFT's bidirectional
-    attention); padding positions see only themselves."""
-    t = key_valid.shape[1]
-    eye = torch.eye(t, dtype=torch.bool, device=key_valid.device)[None]
-    return (key_valid[:, None, :].expand(-1, t, -1) | eye)[:, None]
-
-
-def position_ids_from(key_valid: torch.Tensor) -> torch.Tensor:
-    return (key_valid.long().cumsum(-1) - 1).clamp_min(0)
-
-
-PROMPT_KEYS: tuple[str, ...] = ("input_ids", "text_mask")
-"""``forward_inputs`` keys whose last dim is the prompt width (left-padded; the padding is masked out)."""
-
-
-def pad_prompts(
-    batches: list[Mapping[str, torch.Tensor]], *, pad_token_id: int = 0
-) -> list[dict[str, torch.Tensor]]:
-    """``forward_inputs`` of several ``predict`` calls with their prompts (:data:`PROMPT_KEYS`, last dim)
-    left-padded to the widest, so they join along any other dim. The padding is masked out of attention, so any
-    valid token id serves as ``pad_token_id``; values agree up to float rounding (set ``prompt_length`` in the
-    config for bit-identical widths)."""
-    widths = {b["input_ids"].shape[-1] for b in batches if "input_ids" in b}
-    if len(widths) <= 1:
-        return [dict(b) for b in batches]
-    width = max(widths)
-    out = []
-    for fi in batches:
-        padded = dict(fi)
-        for k in PROMPT_KEYS:
-            v = fi.get(k)
-            if v is not None and v.shape[-1] < width:
-                fill = pad_token_id if k == "input_ids" else False
-                pad = torch.full((*v.shape[:-1], width - v.shape[-1]), fill, dtype=v.dtype, device=v.device)
-                padded[k] = torch.cat([pad, v], dim=-1)
-        out.append(padded)
-    return out
-
-
-def concat_forward_inputs(
-    batches: list[Mapping[str, torch.Tensor]], *, pad_token_id: int = 0, dim: int = 0
-) -> dict[str, torch.Tensor]:
-    """Concatenate ``forward_inputs`` of several ``predict`` calls along ``dim`` (the batch; 1 for rollouts
-    stacked [T, B, ...]), prompts left-padded to the widest (:func:`pad_prompts`)."""
-    padded = pad_prompts(batches, pad_token_id=pad_token_id)
-    return {k: torch.cat([b[k] for b in padded], dim=dim) for k in padded[0]}
 
 
 class PrismaticVLAPolicy(nn.Module):
@@ -435,10 +369,11 @@ class PrismaticVLAPolicy(nn.Module):
 
     # ---- persistence --------------------------------------------------------------------------------------
     def save_pretrained(self, path: str, *, max_shard_bytes: int = 4 * 1024**3) -> None:
-        """Write the OpenVLA checkpoint layout (LoRA merged) to ``path``; see ``vla_models.checkpoint``."""
-        from vla_models.checkpoint import save_policy
+        """Write the OpenVLA checkpoint layout (LoRA merged) to ``path``; see
+        ``vla_models.prismatic.checkpoint_prismatic``."""
+        from vla_models.prismatic.checkpoint_prismatic import save_prismatic
 
-        save_policy(self, path, max_shard_bytes=max_shard_bytes)
+        save_prismatic(self, path, max_shard_bytes=max_shard_bytes)
 
     @classmethod
     def from_pretrained(cls, path: str, **overrides: Any) -> PrismaticVLAPolicy:

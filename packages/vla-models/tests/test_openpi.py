@@ -13,9 +13,9 @@ from safetensors.torch import save_file
 
 from vla_models import build_policy, config_from_dict, load_policy
 from vla_models.openpi import OpenPiConfig, OpenPiPolicy
-from vla_models.openpi.checkpoint_openpi import to_openpi_names, to_transformers_pi0_names
+from vla_models.openpi.checkpoint_keys import to_openpi_names, to_transformers_pi0_names
 from vla_models.openpi.flow_logprob import gaussian_logprob, sde_sigma, step_mean_std, timesteps
-from vla_models.openpi.modeling_openpi import AdaRMSNorm, gemma_config, siglip_config
+from vla_models.openpi.layers_openpi import AdaRMSNorm, gemma_config, siglip_config
 from vla_models.openpi.processing_openpi import OpenPiNormalizer, discretize_state
 
 B = 6

@@ -151,7 +151,7 @@ def test_bf16_keeps_projections_time_mlp_norms_and_heads_in_float32(tmp_path) ->
 def test_real_size_folder_sizes_and_critic_are_read_from_the_tensors() -> None:
     """A real-size pi0.5 LIBERO PPO state dict (built on the meta device): the sizes read from its tensors are
     PaliGemma 3B + the 300M expert, and its critic is the reference's 1024-512-256 on the language model."""
-    from vla_models.openpi.checkpoint_openpi import sizes_from_tensors, value_head_shape
+    from vla_models.openpi.checkpoint_keys import sizes_from_tensors, value_head_shape
 
     with torch.device("meta"):
         policy = build_policy(

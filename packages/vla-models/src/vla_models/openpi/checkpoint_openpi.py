@@ -1,15 +1,6 @@
 """pi0 / pi0.5 checkpoint folders (safetensors only; a ``.pt`` in the folder, e.g. the reference framework's
-``metadata.pt``, is never opened).
-
-Layouts read (detected from the tensor names):
-
-* ``openpi``: openpi's ``PI0Pytorch`` names (``paligemma_with_expert.*``, ``action_in_proj``, ...), as openpi's
-  converter and the reference framework's released checkpoints write them, and as ``save_pretrained`` writes;
-  SigLIP under ``vision_tower.vision_model.``, the tied embedding as ``paligemma.lm_head.weight`` only, and an
-  unused ``gemma_expert.lm_head.weight``.
-* ``lerobot``: the same names behind ``model.``.
-* ``transformers_pi0``: transformers' ``PI0ForConditionalGeneration`` (``model.vlm.*``, ``model.dit.*``,
-  ``embed_action_time.*``, ``action_out_proj``), whose dit carries an unused token embedding.
+``metadata.pt``, is never opened), in any of the layouts of ``vla_models.openpi.checkpoint_keys`` (``openpi``,
+``lerobot``, ``transformers_pi0``).
 
 Tensors the layout is known to carry unused are dropped (logged); any other tensor the model lacks, or a tensor the
 model needs and the folder lacks, is an error naming them. Norm stats come from ``norm_stats_path``, else
@@ -22,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +22,17 @@ from vla_models.checkpoint_files import read_json, read_state_dict, write_model_
 from vla_models.dtypes import default_dtype
 from vla_models.lora import deferred_merged_state_dict, has_lora
 from vla_models.meta_init import assign_state_dict, meta_parameters, weights_from_checkpoint
+from vla_models.openpi.checkpoint_keys import (
+    NOISE_BUFFERS,
+    OPTIONAL_HEADS,
+    detect_layout,
+    facts_from_tensors,
+    noise_std_range,
+    sizes_from_tensors,
+    to_internal,
+    to_openpi_names,
+    value_head_shape,
+)
 from vla_models.openpi.configuration_openpi import CONFIG_PRESETS, OpenPiConfig, PaliGemmaExpertSizes
 from vla_models.openpi.lerobot_folder import (
     is_lerobot_config,
@@ -44,33 +45,9 @@ from vla_models.safetensors_writer import INDEX_NAME, write_weights
 
 logger = logging.getLogger(__name__)
 
-LAYOUTS = ("openpi", "lerobot", "transformers_pi0")
-_PG = "paligemma_with_expert.paligemma."
-_EMBED = _PG + "model.language_model.embed_tokens.weight"
-_LM_HEAD = _PG + "lm_head.weight"
-_VISION = _PG + "model.vision_tower."
-_UNUSED = (
-    "paligemma_with_expert.gemma_expert.lm_head.weight",
-    "paligemma_with_expert.gemma_expert.model.embed_tokens.weight",
-)
-_OPTIONAL_HEADS = ("value_head.", "noise_head.")
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model")
-# the flow_noise head as an ``nn.Sequential`` (``noise_head.mlp.<0|2|4>.*``) -> the reference framework's names
-_SEQUENTIAL_NOISE_HEAD = re.compile(r"^noise_head\.mlp\.(\d+)\.")
-_NOISE_BUFFERS = ("noise_head.logvar_min", "noise_head.logvar_max")
 # folder facts a setting may not contradict
 _ARCH_FIELDS = ("pi05", "action_horizon", "model_action_dim")
-
-
-def detect_layout(keys: Any) -> str | None:
-    keys = list(keys)
-    if any(k.startswith(("model.vlm.", "model.dit.", "embed_action_time.")) for k in keys):
-        return "transformers_pi0"
-    if any(k.startswith("model.paligemma_with_expert.") for k in keys):
-        return "lerobot"
-    if any(k.startswith("paligemma_with_expert.") for k in keys):
-        return "openpi"
-    return None
 
 
 def is_openpi_folder(path: Path) -> bool:
@@ -101,132 +78,6 @@ def is_openpi_folder(path: Path) -> bool:
     return False
 
 
-def to_internal(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], str, list[str]]:
-    """A folder's tensors -> this package's names; returns (tensors, layout, dropped unused names)."""
-    layout = detect_layout(sd)
-    if layout is None:
-        raise ValueError(
-            "no pi0 tensors found (expected paligemma_with_expert.*, model.paligemma_with_expert.* "
-            "or transformers' model.vlm.* / model.dit.*)"
-        )
-    out: dict[str, torch.Tensor] = {}
-    dropped: list[str] = []
-    for k, v in sd.items():
-        name = k
-        if layout == "lerobot":
-            name = name.removeprefix("model.")
-        elif layout == "transformers_pi0":
-            if name == "model.dit.embed_tokens.weight":
-                dropped.append(k)
-                continue
-            if name.startswith("model.vlm."):
-                name = _PG + "model." + name.removeprefix("model.vlm.")
-            elif name.startswith("model.dit."):
-                name = "paligemma_with_expert.gemma_expert.model." + name.removeprefix("model.dit.")
-            elif name.startswith("embed_action_time."):
-                name = name.removeprefix("embed_action_time.")
-        if name in _UNUSED:
-            dropped.append(k)
-            continue
-        name = name.replace(".vision_tower.vision_model.", ".vision_tower.")
-        m = _SEQUENTIAL_NOISE_HEAD.match(name)
-        if m:
-            name = f"noise_head.mlp_logvar.moduleList.{int(m.group(1)) // 2}.linear_1." + name[m.end() :]
-        if name == _LM_HEAD:
-            if _EMBED in out or any(x.endswith("language_model.embed_tokens.weight") for x in sd):
-                dropped.append(k)
-                continue
-            name = _EMBED
-        out[name] = v
-    return out, layout, dropped
-
-
-def to_openpi_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """This package's names -> openpi's (SigLIP's ``vision_model.`` infix, the embedding as ``lm_head``)."""
-    out = {}
-    for k, v in sd.items():
-        if k == _EMBED:
-            out[_LM_HEAD] = v
-        elif k.startswith(_VISION):
-            out[_VISION + "vision_model." + k.removeprefix(_VISION)] = v
-        else:
-            out[k] = v
-    return out
-
-
-def to_transformers_pi0_names(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """This package's names -> transformers' ``PI0ForConditionalGeneration`` (pi0 only)."""
-    out = {}
-    for k, v in sd.items():
-        if k.startswith(_PG + "model."):
-            out["model.vlm." + k.removeprefix(_PG + "model.")] = v
-        elif k.startswith("paligemma_with_expert.gemma_expert.model."):
-            out["model.dit." + k.removeprefix("paligemma_with_expert.gemma_expert.model.")] = v
-        elif k.split(".")[0] in ("state_proj", "action_in_proj", "action_time_mlp_in", "action_time_mlp_out"):
-            out["embed_action_time." + k] = v
-        elif k.startswith(_OPTIONAL_HEADS):
-            continue
-        else:
-            out[k] = v
-    return out
-
-
-def _facts_from_tensors(sd: dict[str, torch.Tensor]) -> dict[str, Any]:
-    facts: dict[str, Any] = {"pi05": any(k.startswith("time_mlp_in.") for k in sd)}
-    if "action_in_proj.weight" in sd:
-        facts["model_action_dim"] = int(sd["action_in_proj.weight"].shape[1])
-    return facts
-
-
-_PG_MODEL = _PG + "model."
-_EXPERT_MODEL = "paligemma_with_expert.gemma_expert.model."
-#: SigLIP so400m's heads (openpi and lerobot fix PaliGemma's vision tower; its head count is not in the shapes)
-SIGLIP_HEADS = 16
-
-
-def _depth(sd: dict[str, torch.Tensor], prefix: str) -> int:
-    pattern = re.compile(re.escape(prefix) + r"(\d+)\.")
-    return len({m.group(1) for k in sd if (m := pattern.match(k))})
-
-
-def sizes_from_tensors(sd: dict[str, torch.Tensor]) -> PaliGemmaExpertSizes:
-    """The model sizes a folder's tensors (in this package's names) show.
-
-    Every openpi Gemma variant has one key/value head, so the head size is the key projection's width and the
-    head count the query projection's over it; SigLIP's head count is so400m's 16.
-    """
-
-    def shape(name: str) -> tuple[int, ...]:
-        if name not in sd:
-            raise ValueError(f"the checkpoint lacks {name}, which sizes the model")
-        return tuple(sd[name].shape)
-
-    lm, ex, vt = _PG_MODEL + "language_model.", _EXPERT_MODEL, _VISION
-    q, k = shape(lm + "layers.0.self_attn.q_proj.weight"), shape(lm + "layers.0.self_attn.k_proj.weight")
-    eq = shape(ex + "layers.0.self_attn.q_proj.weight")
-    patch = shape(vt + "embeddings.patch_embedding.weight")
-    n_pos = shape(vt + "embeddings.position_embedding.weight")[0]
-    side = math.isqrt(n_pos)
-    vision_width = patch[0]
-    return PaliGemmaExpertSizes(
-        image_size=side * patch[-1],
-        patch_size=patch[-1],
-        vision_width=vision_width,
-        vision_depth=_depth(sd, vt + "encoder.layers."),
-        vision_heads=SIGLIP_HEADS if vision_width % SIGLIP_HEADS == 0 else 1,
-        vision_mlp=shape(vt + "encoder.layers.0.mlp.fc1.weight")[0],
-        width=q[1],
-        depth=_depth(sd, lm + "layers."),
-        mlp=shape(lm + "layers.0.mlp.gate_proj.weight")[0],
-        num_heads=q[0] // k[0],
-        num_kv_heads=1,
-        head_dim=k[0],
-        vocab_size=shape(_EMBED)[0],
-        expert_width=eq[1],
-        expert_mlp=shape(ex + "layers.0.mlp.gate_proj.weight")[0],
-    )
-
-
 def _published_config(
     folder: Path, d: dict[str, Any], sd: dict[str, torch.Tensor]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -249,26 +100,9 @@ def _published_config(
         horizon = d.get("action_horizon", d.get("chunk_size", d.get("n_action_steps")))
         if isinstance(horizon, int):
             cd["action_horizon"] = horizon
-    cd.update(_facts_from_tensors(sd))
+    cd.update(facts_from_tensors(sd))
     cd.update(recorded)
     return cd, recorded
-
-
-def value_head_shape(sd: dict[str, torch.Tensor]) -> tuple[int, tuple[int, ...]] | None:
-    """``(input width, hidden sizes)`` of the ``value_head.mlp.<i>`` linears in ``sd``, or None without one."""
-    linears = sorted(int(k.split(".")[2]) for k in sd if re.fullmatch(r"value_head\.mlp\.\d+\.weight", k))
-    if not linears:
-        return None
-    shapes = [tuple(sd[f"value_head.mlp.{i}.weight"].shape) for i in linears]
-    return shapes[0][1], tuple(out for out, _ in shapes[:-1])
-
-
-def noise_std_range(sd: dict[str, torch.Tensor]) -> tuple[float, float] | None:
-    """flow_noise's ``[min_std, max_std]`` from the noise head's ``logvar_min`` / ``logvar_max``, or None."""
-    if not all(k in sd for k in _NOISE_BUFFERS):
-        return None
-    lo, hi = (float(sd[k].float().reshape(-1)[0]) for k in _NOISE_BUFFERS)
-    return math.exp(0.5 * lo), math.exp(0.5 * hi)
 
 
 def _head_settings(
@@ -354,7 +188,7 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
                 f"set {key}: {getattr(sizes, key)!r} or leave it unset"
             )
     facts = {k: cd[k] for k in _ARCH_FIELDS if k in cd}
-    facts.update({k: v for k, v in _facts_from_tensors(sd).items() if k in _ARCH_FIELDS})
+    facts.update({k: v for k, v in facts_from_tensors(sd).items() if k in _ARCH_FIELDS})
     name = overrides.get("config_name", cd.get("config_name"))
     preset = CONFIG_PRESETS.get(name, {}) if name else {}
     merged = {**cd, **{k: v for k, v in preset.items() if k not in facts}, **overrides}
@@ -414,7 +248,7 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
     with default_dtype(torch.float32), weights_from_checkpoint():
         policy = policy_class(cfg, tokenizer).apply_precision()
     own = policy.state_dict()
-    for head in _OPTIONAL_HEADS:
+    for head in OPTIONAL_HEADS:
         have = [k for k in sd if k.startswith(head)]
         want = [k for k in own if k.startswith(head)]
         if have and not want:
@@ -424,8 +258,8 @@ def load_openpi(path: str | Path, **overrides: Any) -> Any:
         elif want and not have:
             logger.info("%s: no %s tensors; a fresh one is initialised", p, head.rstrip("."))
             sd.update({k: own[k] for k in want})
-        elif want and head == "noise_head." and not any(k in sd for k in _NOISE_BUFFERS):
-            sd.update({k: own[k] for k in _NOISE_BUFFERS})  # the range comes from the config
+        elif want and head == "noise_head." and not any(k in sd for k in NOISE_BUFFERS):
+            sd.update({k: own[k] for k in NOISE_BUFFERS})  # the range comes from the config
         elif want and set(have) != set(want):
             raise ValueError(
                 f"{p}: the {head.rstrip('.')} tensors do not match (missing "

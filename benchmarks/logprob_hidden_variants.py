@@ -36,7 +36,7 @@ def main() -> int:
     from triton.testing import do_bench
 
     from vla_models.kernels import action_token_logprobs, action_token_logprobs_from_hidden
-    from vla_models.kernels.triton_logprobs import _hidden_fwd_kernel
+    from vla_models.kernels.triton_hidden import _hidden_fwd_kernel
 
     n, hs, a, vocab = args.n, args.hidden, args.num_actions, 32064
     start = 32000 - a

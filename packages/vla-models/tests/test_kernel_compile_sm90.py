@@ -56,14 +56,14 @@ def _compile(fn, dtype: str, constexprs: dict, num_warps: int):
 
 
 def _kernels():
-    from vla_models.kernels import triton_logprobs as tk
+    from vla_models.kernels import triton_hidden, triton_logits
 
     hidden = {"BLOCK_N": 32, "BLOCK_K": 64, "BLOCK_A": 256, "INPUT_PRECISION": "tf32", "UPCAST_DOT": False}
     return {
-        "logits_fwd": (tk._logits_fwd_kernel, {"BLOCK_N": 16, "BLOCK_A": 256}, 4),
-        "logits_bwd": (tk._logits_bwd_kernel, {"BLOCK_N": 16, "BLOCK_A": 256}, 4),
-        "hidden_fwd": (tk._hidden_fwd_kernel.fn, hidden, 8),
-        "hidden_bwd": (tk._hidden_bwd_kernel.fn, hidden, 8),
+        "logits_fwd": (triton_logits._logits_fwd_kernel, {"BLOCK_N": 16, "BLOCK_A": 256}, 4),
+        "logits_bwd": (triton_logits._logits_bwd_kernel, {"BLOCK_N": 16, "BLOCK_A": 256}, 4),
+        "hidden_fwd": (triton_hidden._hidden_fwd_kernel.fn, hidden, 8),
+        "hidden_bwd": (triton_hidden._hidden_bwd_kernel.fn, hidden, 8),
     }
 
 

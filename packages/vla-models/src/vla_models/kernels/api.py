@@ -166,7 +166,7 @@ def action_token_logprobs(
         return action_token_logprobs_reference(
             logits, chosen_ids, action_start=action_start, num_actions=num_actions, temperature=temperature
         )
-    from vla_models.kernels.triton_logprobs import TritonActionLogprobsFromLogits
+    from vla_models.kernels.triton_logits import TritonActionLogprobsFromLogits
 
     return TritonActionLogprobsFromLogits.apply(logits, chosen_ids, action_start, num_actions, temperature)
 
@@ -230,7 +230,7 @@ def action_token_logprobs_from_hidden(
             num_actions=num_actions,
             temperature=temperature,
         )
-    from vla_models.kernels.triton_logprobs import TritonActionLogprobsFromHidden
+    from vla_models.kernels.triton_hidden import TritonActionLogprobsFromHidden
 
     return TritonActionLogprobsFromHidden.apply(
         hidden, lm_head_weight, chosen_ids, action_start, num_actions, temperature

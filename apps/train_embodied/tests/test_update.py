@@ -297,7 +297,7 @@ def test_lr_warmup_continues_across_rollouts() -> None:
     actor = _warmup_actor()
     first = actor.update(batch, seed=1)  # steps 0-5: lr 1e-4 ... 6e-4
     second = actor.update(batch, seed=2)  # steps 6-11: reaches the full lr at step 9
-    assert actor.global_steps() == 12
+    assert actor.optimizer_steps() == 12
     assert first["train/actor/lr"] == pytest.approx(6e-4)
     assert second["train/actor/lr"] == pytest.approx(1e-3)
 
@@ -309,7 +309,7 @@ def test_lr_warmup_waits_for_the_policy_during_critic_warmup() -> None:
     critic_only = actor.update(batch, seed=1, train_policy=False)  # 6 steps at the full lr
     assert critic_only["train/actor/lr"] == pytest.approx(1e-3)
     first_policy = actor.update(batch, seed=2)  # policy steps 0-5: the warmup starts here
-    assert actor.global_steps() == 12 and actor.policy_step == 6
+    assert actor.optimizer_steps() == 12 and actor.policy_step == 6
     assert first_policy["train/actor/lr"] == pytest.approx(6e-4)
 
 

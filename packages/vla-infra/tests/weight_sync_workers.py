@@ -1,5 +1,6 @@
 """Tiny actor and rollout workers holding a `WeightSync` each, as the trainer's workers do (they travel to Ray
-workers by value): the registered methods `WeightSyncCoordinator` calls, plus what the tests look at."""
+workers by value): `WeightSenderWorker` / `WeightReceiverWorker` give them the registered methods
+`WeightSyncCoordinator` calls; here is what the tests look at."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import torch
 from torch import nn
 
-from vla_infra import WeightSync, Worker, register
+from vla_infra import WeightReceiverWorker, WeightSenderWorker, WeightSync, register
 
 
 def tiny_policy(seed: int) -> nn.Module:
@@ -20,24 +21,12 @@ def tiny_policy(seed: int) -> nn.Module:
     return model
 
 
-class TinyActor(Worker):
+class TinyActor(WeightSenderWorker):
     def __init__(self) -> None:
         self.policy = tiny_policy(0)
         self.weight_sync = WeightSync.sender(
             self.policy, rank=self.rank, host=self.info.master_addr, timeout_s=60
         )
-
-    @register("rank_zero")
-    def weight_sync_endpoint(self) -> tuple[str, int]:
-        return self.weight_sync.endpoint()
-
-    @register("one_to_all", collect="none")
-    def join_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
-        self.weight_sync.join(host, port, world_size, backend)
-
-    @register("one_to_all", collect="none")
-    def send_weights(self, version: int) -> None:
-        self.weight_sync.send(version)
 
     @register("one_to_all", collect="first")
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -52,26 +41,10 @@ class TinyActor(Worker):
                     p.add_(0.01)
 
 
-class TinyRollout(Worker):
+class TinyRollout(WeightReceiverWorker):
     def __init__(self, seed: int = 1) -> None:
         self.policy = tiny_policy(seed + self.rank)  # its own initial weights: not the actor's
         self.weight_sync = WeightSync.receiver(self.policy, rank=self.rank, timeout_s=60)
-
-    @register("one_to_all", collect="none", replay=True)
-    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        self.weight_sync.load(state_dict, version)
-
-    @register("one_to_all", collect="none")
-    def join_weight_sync(self, host: str, port: int, world_size: int, backend: str) -> None:
-        self.weight_sync.join(host, port, world_size, backend)
-
-    @register("one_to_all", collect="first", restart=False)
-    def receive_weights(self, version: int) -> dict[str, int]:
-        return self.weight_sync.receive(version)
-
-    @register("one_to_all", collect="list")
-    def weight_version(self) -> int:
-        return self.weight_sync.version
 
     @register("one_to_all", collect="list")
     def predict(self, x: torch.Tensor, weight_version: int | None = None) -> torch.Tensor:

@@ -349,7 +349,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
                 skipped = train_metrics.get(SKIPPED_MINIBATCHES, 0.0) >= 1.0
                 train_metrics[SKIPPED_UPDATE] = float(skipped)
                 skips.record(epoch + 1, skipped, why)
-                state["global_step"] = int(w.actor.global_steps())
+                state["global_step"] = int(w.actor.optimizer_steps())
             if train_metrics.get("rollout/kept_group_fraction", 1.0) == 0.0 and not warned_no_groups:
                 warned_no_groups = True
                 mean_score = train_metrics.get("rollout/scores_mean", float("nan"))

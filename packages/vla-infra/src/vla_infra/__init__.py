@@ -65,6 +65,8 @@ _EXPORTS.update(
         "WeightSync": "vla_infra.weight_sync",
         "WeightSyncCoordinator": "vla_infra.weight_sync",
         "StaleWeightsError": "vla_infra.weight_sync",
+        "WeightSenderWorker": "vla_infra.weight_sync",
+        "WeightReceiverWorker": "vla_infra.weight_sync",
         # checkpoints
         "save_checkpoint": "vla_infra.checkpoint",
         "load_checkpoint": "vla_infra.checkpoint",

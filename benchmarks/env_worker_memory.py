@@ -3,7 +3,7 @@
     python benchmarks/env_worker_memory.py                                   # metaworld_mt10_grpo_tiny_cpu
     python benchmarks/env_worker_memory.py --config metaworld_mt10_grpo_tiny_cpu --bound 0.7
 
-GRPO resets group k of `group_size` rows to one start of task k (`train_embodied.runner.group_reset_ids`). A
+GRPO resets group k of `group_size` rows to one start of task k (`train_embodied.starts.group_reset_ids`). A
 simulator keeps every task env it has built, so a row whose pre-built task (`vla_envs.EnvConfig.row_tasks`) is not
 its group's holds two. The script builds the config's training env twice, as the trainer builds it for GRPO (the
 rows laid out in the groups: `train_embodied.run_workers.train_env_configs`) and with the rows in row % num_tasks
@@ -19,7 +19,7 @@ import numpy as np
 
 from train_embodied.config import load_train_config
 from train_embodied.run_workers import train_env_configs
-from train_embodied.runner import group_reset_ids
+from train_embodied.starts import group_reset_ids
 from vla_envs import make_env
 
 

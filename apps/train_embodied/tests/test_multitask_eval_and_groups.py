@@ -8,11 +8,12 @@ import torch
 
 from train_embodied import seeds
 from train_embodied.config import load_train_config
+from train_embodied.eval_run import eval_tables_text
 from train_embodied.evaluation import episode_tasks, eval_table_metrics, held_out_reset_ids
 from train_embodied.run_workers import train_env_configs
-from train_embodied.runner import eval_tables_text, group_reset_ids, train_reset_ids
 from train_embodied.seeds import stream_seed
 from train_embodied.sft import task_balanced_indices
+from train_embodied.starts import group_reset_ids, train_reset_ids
 from vla_envs.evaluation import evaluation_table, task_grouping
 from vla_envs.metaworld import MT10_TASKS
 

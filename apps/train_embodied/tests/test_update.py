@@ -208,7 +208,7 @@ def test_micro_batch_gradients_add_up_to_the_whole_minibatchs(logprob_type: str,
     `sum(w * loss) / minibatch weight sum`, so the accumulated gradients (policy, entropy, KL and critic terms;
     episode weights and unexecuted actions) equal the whole minibatch's within 1e-6, and its weight sums are computed
     once per minibatch, however many micro-batches it has."""
-    from train_embodied import update
+    from train_embodied import minibatch_loss, update
 
     g = torch.Generator().manual_seed(3)
     action_mask = torch.ones(N, 2, dtype=torch.bool)
@@ -229,16 +229,16 @@ def test_micro_batch_gradients_add_up_to_the_whole_minibatchs(logprob_type: str,
             p.add_(0.01 * torch.randn(p.shape, generator=g))
     ref_logprobs = update.reference_logprobs(reference, batch, minibatch, 16)
     calls = []
-    weight_sums = update.minibatch_weight_sums
+    weight_sums = minibatch_loss.minibatch_weight_sums
     monkeypatch.setattr(
-        update, "minibatch_weight_sums", lambda *a, **k: calls.append(1) or weight_sums(*a, **k)
+        minibatch_loss, "minibatch_weight_sums", lambda *a, **k: calls.append(1) or weight_sums(*a, **k)
     )
     grads = {}
     for micro in (1, 2, 16):
         s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
         policy.zero_grad(set_to_none=True)
         before = len(calls)
-        metrics = update.minibatch_gradients(
+        metrics = minibatch_loss.minibatch_gradients(
             policy, batch, minibatch, s, whole=batch, ref_logprobs=ref_logprobs
         )
         assert len(calls) == before + 1  # once per minibatch: not per micro-batch
@@ -255,17 +255,17 @@ def test_weight_sums_and_metric_sums_once_per_minibatch(monkeypatch) -> None:
     """`ppo_update` computes each minibatch's weight sums once (from the whole rollout's loss weights, which every
     rank holds: no collective) and reduces its metrics over the ranks once: 3 minibatches of 16 in 48 micro-batches
     make 3 of each."""
-    from train_embodied import update
+    from train_embodied import minibatch_loss, update
 
     counts = {"minibatch_weight_sums": 0, "all_reduce_sums": 0}
-    for name in counts:
-        original = getattr(update, name)
+    for module, name in ((minibatch_loss, "minibatch_weight_sums"), (update, "all_reduce_sums")):
+        original = getattr(module, name)
 
         def counted(*a, _original=original, _name=name, **k):
             counts[_name] += 1
             return _original(*a, **k)
 
-        monkeypatch.setattr(update, name, counted)
+        monkeypatch.setattr(module, name, counted)
     policy, batch = _policy_and_batch()
     algo = AlgorithmSection(update_epoch=1)
     s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 1, 16)

@@ -1,5 +1,5 @@
-"""Run checkpoints: `<log_dir>/checkpoints/global_step_<epoch>/`, written atomically by vla_infra with a sha256
-of every file.
+"""Run checkpoints: `<log_dir>/checkpoints/global_step_<N>/` after training iteration N (`RunState.iteration`),
+written atomically by vla_infra with a sha256 of every file; which one a run starts from and when it saves.
 
 `runner.resume_dir` may name one checkpoint folder, a `checkpoints/` folder or a run folder: the newest complete
 and intact checkpoint inside is used (a damaged one is skipped with a warning naming the file). `auto` resumes
@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from train_embodied.run_state import RunState
 from vla_infra import (
     COMPLETE_MARKER,
     MANIFEST,
@@ -156,18 +157,34 @@ def drop_metrics_after(log_dir: str | Path, step: int) -> None:
     path.write_text("".join(f"{line}\n" for line in kept))
 
 
-def save_run_checkpoint(log_dir: Path, actor: Any, state: dict[str, Any]) -> Path:
-    """Save the actor (model, optimizer) and the trainer `state` after `state['epoch']` iterations."""
-    path = checkpoint_dir(Path(log_dir) / "checkpoints", int(state["epoch"]))
-    if checkpoint_problem(path) is None:  # already saved at this epoch (save_interval hit the last epoch)
+def choose_resume(resume_dir: str | None, log_dir: str | Path) -> Path | None:
+    """The checkpoint a training run starts from (`resume_checkpoint`), with the run folder's `metrics.jsonl` made
+    to match it: a run resumed in its own folder logs the iterations after the checkpoint again, so their rows are
+    dropped; `auto` with nothing saved starts over and drops every row."""
+    found = resume_checkpoint(resume_dir, log_dir)
+    if found is not None and found.parent.parent.resolve() == Path(log_dir).resolve():
+        drop_metrics_after(log_dir, _step(found))
+    elif found is None and resume_dir:
+        drop_metrics_after(log_dir, -1)
+    return found
+
+
+def should_save(save_interval: int, iteration: int) -> bool:
+    """Whether the run saves a checkpoint after training iteration `iteration` (1-based; `runner.save_interval`,
+    -1: only the final one, which the runner saves after the last iteration)."""
+    return save_interval > 0 and iteration % save_interval == 0
+
+
+def save_run_checkpoint(log_dir: str | Path, actor: Any, state: RunState) -> Path:
+    """Save the actor (model, optimizer) and the trainer `state` after `state.iteration` iterations."""
+    path = checkpoint_dir(Path(log_dir) / "checkpoints", state.iteration)
+    if (
+        checkpoint_problem(path) is None
+    ):  # already saved after this iteration (save_interval hit the last one)
         return path
-    return Path(actor.save_checkpoint(str(path), state))
+    return Path(actor.save_checkpoint(str(path), state.to_dict()))
 
 
-def load_run_checkpoint(path: Path, actor: Any) -> dict[str, Any]:
+def load_run_checkpoint(path: Path, actor: Any) -> RunState:
     """Restore the actor from `path`; returns the trainer state saved with it."""
-    state = actor.load_checkpoint(str(path))
-    state.setdefault("history", [])
-    state.setdefault("before", {})
-    state.setdefault("eval_tables", {})
-    return state
+    return RunState.from_dict(actor.load_checkpoint(str(path)))

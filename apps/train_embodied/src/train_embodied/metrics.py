@@ -1,5 +1,9 @@
 """The run's metric logger (vla_infra MetricLogger: `<log_dir>/tensorboard`, `<log_dir>/wandb`, `<log_dir>/swanlab`)
-and metrics.jsonl, and the reference documents' metric names logged beside ours."""
+and metrics.jsonl, the env metrics of a training rollout, and the reference documents' metric names logged beside
+ours.
+
+The x-axis of every logged row (`step`, tensorboard's `global_step`) is the training iteration: the metrics of
+iteration N (1-based) at step N, an evaluation before training at step 0 (`train_embodied.run_state`)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from train_embodied.config.build import TrainConfig
 
 if TYPE_CHECKING:
     from train_embodied.rollout import RolloutBatch
+    from train_embodied.run_workers import RunWorkers
 
 #: Metric names of the reference documents that are the same number as one of ours: logged under both names.
 GUIDE_NAMES = {
@@ -69,6 +74,32 @@ def rollout_episode_metrics(batch: RolloutBatch) -> dict[str, float]:
         steps = mask.sum() * batch.rewards.shape[-1]
         out["env/step_reward"] = float(batch.rewards.sum(-1)[mask].sum()) / float(steps)
     return out
+
+
+def env_metrics(batch: RolloutBatch) -> dict[str, float]:
+    """`env/*` from the episodes that finished during the rollout."""
+    ep = batch.episodes
+    n = len(ep["success_once"])
+    if n == 0:
+        return {"env/num_trajectories": 0.0}
+    return {
+        "env/success_once": float(ep["success_once"].mean()),
+        "env/return": float(ep["return"].mean()),
+        "env/episode_len": float(ep["episode_len"].mean()),
+        "env/reward": float((ep["return"] / np.maximum(ep["episode_len"], 1)).mean()),
+        "env/num_trajectories": float(n),
+    }
+
+
+def env_fault_metrics(w: RunWorkers) -> dict[str, float]:
+    """`env/worker_restarts`, `env/lost_episodes` (episodes in flight on a crashed simulator, ended as truncated)
+    and `env/restart_time_s`, summed over every env worker of the run (training stages and evaluation) so far."""
+    totals = {"worker_restarts": 0.0, "lost_episodes": 0.0, "restart_time_s": 0.0}
+    for group in [*w.env_train, w.env_eval]:
+        for stats in group.fault_stats():
+            for key in totals:
+                totals[key] += float(stats.get(key, 0.0))
+    return {f"env/{key}": value for key, value in totals.items()}
 
 
 class _JsonlLogger:

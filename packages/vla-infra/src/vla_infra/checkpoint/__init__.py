@@ -17,11 +17,11 @@ line naming both sizes). Checkpoints of format 1 (PyTorch DCP, whose metadata is
 Everything is written into ``<dir>.tmp-<uuid>`` first; after all files are fsync'ed the manifest and the
 ``COMPLETE`` marker are written and the directory is renamed to its final name (one atomic ``rename``), then
 the parent directory is fsync'ed. A process killed at any point leaves either the previous checkpoints and a
-``*.tmp-*`` directory (ignored by :func:`latest_checkpoint`, removed by :func:`remove_incomplete`) or the new
+``*.tmp-*`` directory (ignored by :func:`latest_checkpoint`) or the new
 complete checkpoint. A save that fails (a full disk: ``OSError``) removes its temporary directory and raises
 :class:`CheckpointSaveError`, one line naming the folder and the cause; older checkpoints are untouched. An
 overwrite renames the old directory to ``<dir>.old-<uuid>`` before renaming the new one into place; if it is
-killed between the two renames, :func:`latest_checkpoint` and :func:`remove_incomplete` move the complete copy
+killed between the two renames, :func:`latest_checkpoint` moves the complete copy
 (the new ``.tmp-*`` if complete, else the ``.old-*``) back to ``<dir>``. With an initialised process group every
 rank calls :func:`save_checkpoint` / :func:`load_checkpoint` together and writes its own optimizer shards.
 
@@ -31,13 +31,13 @@ from the model's, or a file that is not what its name says; ``latest_checkpoint(
 damaged checkpoints (saying why in ``skipped``) and returns the newest intact one.
 
 Modules: ``files`` (names, errors, fsync and hashing), ``state_files`` (a nested state as JSON + safetensors),
-``rng``, ``save``, ``verify`` (the manifest checks), ``discovery`` (the newest complete checkpoint, leftovers of
-interrupted saves), ``load``.
+``rng``, ``save``, ``verify`` (the manifest checks), ``discovery`` (the newest complete checkpoint, recovering an
+interrupted overwrite), ``load``.
 """
 
 from __future__ import annotations
 
-from vla_infra.checkpoint.discovery import latest_checkpoint, remove_incomplete
+from vla_infra.checkpoint.discovery import latest_checkpoint
 from vla_infra.checkpoint.files import (
     COMPLETE_MARKER,
     MANIFEST,
@@ -65,7 +65,6 @@ __all__ = [
     "is_complete",
     "latest_checkpoint",
     "load_checkpoint",
-    "remove_incomplete",
     "restore_rng_state",
     "save_checkpoint",
 ]

@@ -1,10 +1,9 @@
-"""Finding the newest complete checkpoint under a root, and clearing what interrupted saves left there."""
+"""Finding the newest complete checkpoint under a root, after moving back a copy an interrupted overwrite left."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 from vla_infra.checkpoint.files import LEFTOVER_DIR, MANIFEST, STEP_DIR, fsync_dir
@@ -15,7 +14,7 @@ def _recover_interrupted_overwrites(base: Path) -> list[Path]:
     """Rename a complete ``<dir>.tmp-*`` (preferred: the newer copy) or ``<dir>.old-*`` back to ``<dir>``
     where ``<dir>`` is missing (an overwrite killed between its two renames); returns the recovered dirs.
 
-    Like :func:`remove_incomplete`, call it while no save into ``base`` is in flight."""
+    Call it while no save into ``base`` is in flight."""
     candidates: dict[str, list[tuple[bool, float, str, Path]]] = {}
     for entry in base.iterdir():
         match = LEFTOVER_DIR.match(entry.name)
@@ -65,20 +64,3 @@ def latest_checkpoint(
         if skipped is not None:
             skipped.append(problem)
     return None
-
-
-def remove_incomplete(root: str | os.PathLike[str]) -> list[Path]:
-    """Delete ``*.tmp-*`` / ``*.old-*`` leftovers of interrupted saves under ``root``; returns what was removed.
-
-    A complete leftover whose final directory is missing (an overwrite killed between its two renames) is moved
-    back into place instead of being deleted (see :func:`latest_checkpoint`). Call it while no save is in flight.
-    """
-    base = Path(root)
-    removed = []
-    if base.is_dir():
-        _recover_interrupted_overwrites(base)
-        for entry in base.iterdir():
-            if entry.is_dir() and (".tmp-" in entry.name or ".old-" in entry.name):
-                shutil.rmtree(entry, ignore_errors=True)
-                removed.append(entry)
-    return removed

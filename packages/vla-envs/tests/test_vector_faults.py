@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vla_envs import EnvConfig, SimulatorUnavailable, VideoConfig, register_env_type
+from vla_envs import EnvAdapter, EnvConfig, SimulatorUnavailable, VideoConfig, register_adapter
 from vla_envs import worker_pool as worker_pool_mod
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
@@ -91,7 +91,7 @@ def build_counting_sims(cfg, spec, rows):
 
 
 # EnvConfig accepts registered env types only; these tests build VectorEnv directly with their own SimSpec
-register_env_type("counting", lambda cfg: None)
+register_adapter(EnvAdapter("counting", lambda cfg: None), overwrite=True)
 
 
 def make(

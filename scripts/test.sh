@@ -13,7 +13,7 @@ bash scripts/setup_robotwin.sh
 "$VENV/bin/ruff" format --check .
 # Strict: a test skipped for any reason other than a missing CUDA GPU fails (a broken extra must not hide).
 export VLA_REQUIRE_ALL="${VLA_REQUIRE_ALL:-1}"
-# Tests marked `long` (minutes each on 2 cores, or paths other tests run; tests/test_shipped_configs.py) run only with
+# Tests marked `long` (minutes each on 2 cores, or paths other tests run; tests/shipped/) run only with
 # VLA_LONG_TESTS=1, which keeps the default run (CI's) under 25 minutes; a `-m` of your own replaces this selection.
 select=(-m "not long")
 [[ "${VLA_LONG_TESTS:-0}" == 1 ]] && select=()

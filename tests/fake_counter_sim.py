@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vla_envs import EnvConfig, register_env_type
+from vla_envs import EnvAdapter, EnvConfig, register_adapter
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
 
@@ -88,10 +88,12 @@ def make_counter_env(cfg: EnvConfig) -> VectorEnv:
 def register() -> None:
     """Make `env_type="fake_counter"` available to `make_env` (and so to the app's env workers), and its
     three-task twin `fake_counter_3` (tasks "a", "b", "c"; reset id = task index * num_trials_per_task + trial)."""
-    register_env_type(ENV_TYPE, make_counter_env, task_lister=lambda: ["count"], overwrite=True)
-    register_env_type(
-        f"{ENV_TYPE}_3",
-        lambda cfg: VectorEnv(cfg, counter_spec(("a", "b", "c"))),
-        task_lister=lambda: ["a", "b", "c"],
+    register_adapter(EnvAdapter(ENV_TYPE, make_counter_env, lambda: ["count"]), overwrite=True)
+    register_adapter(
+        EnvAdapter(
+            f"{ENV_TYPE}_3",
+            lambda cfg: VectorEnv(cfg, counter_spec(("a", "b", "c"))),
+            lambda: ["a", "b", "c"],
+        ),
         overwrite=True,
     )

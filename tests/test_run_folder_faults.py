@@ -56,7 +56,7 @@ def test_a_full_disk_during_a_checkpoint_save(
 ) -> None:
     """The second iteration's save fails with ENOSPC (fault injection at the file write); the first checkpoint is
     intact and no temporary folder is left. The config reads a variable that must not reach config.json."""
-    import vla_infra.checkpoint as ckpt_mod
+    import vla_infra.checkpoint.state_files as ckpt_mod
 
     real = ckpt_mod.save_file
 

@@ -1,6 +1,6 @@
 """Every LIBERO suite the reference guides name (spatial, object, goal, 90, 10, 130) has a GRPO config and an
 evaluation-only twin; each composes with its suite's tasks, episode limit, statistics key and evaluation size
-(every task x 50 trials, as the guides evaluate). Their runs are libero_10's (tests/test_shipped_configs.py)."""
+(every task x 50 trials, as the guides evaluate). Their runs are libero_10's (tests/shipped/)."""
 
 from __future__ import annotations
 

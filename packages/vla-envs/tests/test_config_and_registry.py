@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from vla_envs import (
+    EnvAdapter,
     EnvConfig,
     VideoConfig,
     check_actions,
     list_env_types,
     list_tasks,
     make_env,
-    register_env_type,
+    register_adapter,
 )
-from vla_envs.evaluation import iter_reset_state_batches
 
 
 @pytest.mark.parametrize(
@@ -99,8 +99,10 @@ def test_adapter_defaults_live_with_the_adapter() -> None:
         libero_options(EnvConfig(env_type="libero", task="x", camera="corner2"))
 
 
-def test_register_env_type_and_list_tasks() -> None:
-    register_env_type("dummy_test_env", lambda cfg: cfg.num_envs, task_lister=lambda: ["a", "b"])
+def test_register_adapter_and_list_tasks() -> None:
+    register_adapter(
+        EnvAdapter("dummy_test_env", lambda cfg: cfg.num_envs, lambda: ["a", "b"]), overwrite=True
+    )
     assert make_env(EnvConfig(env_type="dummy_test_env", num_envs=3)) == 3
     assert list_tasks("dummy_test_env") == ["a", "b"]
     assert len(list_tasks("metaworld")) == 50
@@ -132,14 +134,3 @@ def test_check_actions_shape_nan_and_range() -> None:
     slight = np.full((2, 1, 4), 1.0005)
     out = check_actions(slight, out_of_range="error", tolerance=1e-3, **kw)
     assert out.dtype == np.float32 and out.max() == 1.0
-
-
-def test_reset_state_batches_cover_every_id_once() -> None:
-    seen = []
-    batches = list(iter_reset_state_batches(23, 8))
-    assert len(batches) == 3
-    for ids, valid in batches:
-        assert ids.shape == valid.shape == (8,)
-        seen.extend(ids[valid].tolist())
-    assert sorted(seen) == list(range(23))
-    assert batches[-1][1].sum() == 7

@@ -46,7 +46,7 @@ def test_workers_match_in_process_and_survive_kill_and_hang(caplog: pytest.LogCa
         # kill -9 worker 1 (rows 2, 3) mid-run: the next call returns a clean boundary for its rows
         old_pid = env.workers[1].pid
         os.kill(old_pid, signal.SIGKILL)
-        with caplog.at_level(logging.WARNING, logger="vla_envs.vector"):
+        with caplog.at_level(logging.WARNING, logger="vla_envs.worker_pool"):
             res = env.chunk_step(actions)
         assert env.worker_restarts == 1 and res.infos["worker_restarts"] == 1
         assert env.workers[1].pid != old_pid

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vla_envs import EnvConfig, SimulatorUnavailable, VideoConfig, register_env_type
-from vla_envs import vector as vector_mod
+from vla_envs import EnvAdapter, EnvConfig, SimulatorUnavailable, VideoConfig, register_adapter
+from vla_envs import worker_pool as worker_pool_mod
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
 
@@ -91,7 +91,7 @@ def build_counting_sims(cfg, spec, rows):
 
 
 # EnvConfig accepts registered env types only; these tests build VectorEnv directly with their own SimSpec
-register_env_type("counting", lambda cfg: None)
+register_adapter(EnvAdapter("counting", lambda cfg: None), overwrite=True)
 
 
 def make(
@@ -139,7 +139,7 @@ def plan(tmp_path: Path, **events: int) -> None:
 
 @pytest.fixture(autouse=True)
 def _short_backoff(monkeypatch):
-    monkeypatch.setattr(vector_mod, "RESTART_BACKOFF_S", 0.01)
+    monkeypatch.setattr(worker_pool_mod, "RESTART_BACKOFF_S", 0.01)
 
 
 ACT = np.zeros((4, 1, 2), np.float32)
@@ -224,9 +224,9 @@ def test_simulator_that_cannot_start_ends_the_run_with_one_message(tmp_path: Pat
         message = str(info.value)
         assert "\n" not in message
         assert "simulator 'counting'" in message and "env rows [" in message
-        assert f"failed {vector_mod.MAX_CONSECUTIVE_FAILURES} times in a row" in message
+        assert f"failed {worker_pool_mod.MAX_CONSECUTIVE_FAILURES} times in a row" in message
         assert message.endswith("RuntimeError: simulated build failure")
-        assert env.worker_restarts == vector_mod.MAX_CONSECUTIVE_FAILURES
+        assert env.worker_restarts == worker_pool_mod.MAX_CONSECUTIVE_FAILURES
     finally:
         env.close()
 
@@ -309,7 +309,7 @@ def test_bad_actions_are_refused_naming_the_rows(tmp_path: Path) -> None:
 def test_random_kills_at_any_moment_are_survived(tmp_path: Path, seed: int, monkeypatch) -> None:
     """Kill worker processes from outside every ~0.15 s while the env steps, resets and restarts."""
     # a kill can land in a replacement's start-up: allow more failures in a row than the storm can cause
-    monkeypatch.setattr(vector_mod, "MAX_CONSECUTIVE_FAILURES", 8)
+    monkeypatch.setattr(worker_pool_mod, "MAX_CONSECUTIVE_FAILURES", 8)
     env = make(tmp_path, num_envs=6, per_worker=2, step_sleep=0.002, build_sleep=0.05)
     rng = random.Random(seed)
     stop = threading.Event()

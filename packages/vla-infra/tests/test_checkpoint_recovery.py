@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
 import torch
 
 from vla_infra.checkpoint import (
@@ -13,7 +12,6 @@ from vla_infra.checkpoint import (
     is_complete,
     latest_checkpoint,
     load_checkpoint,
-    remove_incomplete,
     save_checkpoint,
 )
 
@@ -32,21 +30,24 @@ def _half_done_overwrite(root: Path, *, new_complete: bool) -> Path:
     return final
 
 
-@pytest.mark.parametrize("recover", [latest_checkpoint, remove_incomplete])
-def test_interrupted_overwrite_recovers_the_new_copy(tmp_path: Path, recover) -> None:
+def test_interrupted_overwrite_recovers_the_new_copy(tmp_path: Path) -> None:
     final = _half_done_overwrite(tmp_path, new_complete=True)
-    recover(tmp_path)
     assert latest_checkpoint(tmp_path) == final and is_complete(final)
     assert torch.equal(load_checkpoint(final).model_state["w"], torch.full((3,), 2.0))  # type: ignore[index]
-    remove_incomplete(tmp_path)  # the stale old copy goes; the recovered checkpoint stays
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_2", "global_step_5"]
-    assert torch.equal(load_checkpoint(final).model_state["w"], torch.full((3,), 2.0))  # type: ignore[index]
+    # the stale old copy is left for the operator; it is never taken for a checkpoint
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "global_step_2",
+        "global_step_5",
+        "global_step_5.old-0a1b",
+    ]
 
 
 def test_interrupted_overwrite_with_incomplete_new_copy_recovers_the_old(tmp_path: Path) -> None:
     final = _half_done_overwrite(tmp_path, new_complete=False)
-    removed = remove_incomplete(tmp_path)
-    assert [p.name for p in removed] == ["global_step_5.tmp-0a1b"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_2", "global_step_5"]
     assert latest_checkpoint(tmp_path) == final
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "global_step_2",
+        "global_step_5",
+        "global_step_5.tmp-0a1b",
+    ]
     assert torch.equal(load_checkpoint(final).model_state["w"], torch.full((3,), 1.0))  # type: ignore[index]

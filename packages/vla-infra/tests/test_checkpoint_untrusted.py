@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-import vla_infra.checkpoint as ckpt_mod
+import vla_infra.checkpoint.state_files as ckpt_mod
 from vla_infra.checkpoint import (
     MANIFEST,
     CheckpointError,

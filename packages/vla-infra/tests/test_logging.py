@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from vla_infra.logging import TRAIN_ACTOR, ConsoleBackend, M, MetricLogger, StepTimer, namespaced
+from vla_infra.logging import ConsoleBackend, MetricLogger, StepTimer, namespaced
 
 
 def test_tensorboard_scalars_read_back(tmp_path: Path) -> None:
@@ -19,7 +19,7 @@ def test_tensorboard_scalars_read_back(tmp_path: Path) -> None:
         for step in range(3):
             logger.log(
                 {
-                    M.ACTOR_POLICY_LOSS: torch.tensor(0.5 - 0.1 * step),
+                    "train/actor/policy_loss": torch.tensor(0.5 - 0.1 * step),
                     "env/success_once": np.float32(0.25 * step),
                     "my/custom_key": step,  # caller keys are kept as given
                     "rollout/flag": True,
@@ -101,7 +101,7 @@ def test_wandb_offline_writes_run_files(tmp_path: Path, monkeypatch: pytest.Monk
         console_stream=io.StringIO(),
     ) as logger:
         for step in range(1, 4):
-            logger.log({M.ACTOR_POLICY_LOSS: 1.0 / step, M.ENV_SUCCESS_ONCE: 0.5}, step=step)
+            logger.log({"train/actor/policy_loss": 1.0 / step, "env/success_once": 0.5}, step=step)
     runs = list((tmp_path / "wandb").glob("offline-run-*"))
     assert len(runs) == 1
     # wandb's service process appends the records to the run file shortly after finish() returns.
@@ -116,7 +116,7 @@ def test_wandb_offline_writes_run_files(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_name_helpers() -> None:
-    assert namespaced(TRAIN_ACTOR, {"policy_loss": 1.0}) == {"train/actor/policy_loss": 1.0}
+    assert namespaced("train/actor", {"policy_loss": 1.0}) == {"train/actor/policy_loss": 1.0}
     with pytest.raises(ValueError, match="prefix='train/'"):
         namespaced("train/", {"x": 1})
     timer = StepTimer()
@@ -125,5 +125,5 @@ def test_name_helpers() -> None:
     with timer("generate_rollouts"):
         time.sleep(0.01)
     metrics = timer.metrics()
-    assert list(metrics) == [M.TIME_GENERATE_ROLLOUTS] and metrics[M.TIME_GENERATE_ROLLOUTS] >= 0.02
+    assert list(metrics) == ["time/generate_rollouts"] and metrics["time/generate_rollouts"] >= 0.02
     assert timer.metrics() == {}

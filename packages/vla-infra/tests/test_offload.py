@@ -18,7 +18,6 @@ from vla_infra.offload import (
     offload_env,
     offload_module,
     offload_optimizer,
-    offloaded,
     reload_env,
     reload_module,
     reload_optimizer,
@@ -112,7 +111,7 @@ class _SuspendableSim:
         self.calls.append("onload")
 
 
-def test_env_protocol_and_offloaded_context() -> None:
+def test_env_protocol_and_model_offloader() -> None:
     sim = _SuspendableSim()
     assert isinstance(sim, OffloadableEnv)
     assert not offload_env(object()) and not reload_env(object())  # envs without the hooks: no-op
@@ -120,8 +119,13 @@ def test_env_protocol_and_offloaded_context() -> None:
     before = _snapshot(model, opt)
     actor = ModelOffloader(model, opt)
     disabled = ModelOffloader(helpers.TinyTransformer(), enabled=False)
-    with offloaded(actor, sim, disabled):
-        assert actor.offloaded and sim.state is None and not disabled.offloaded
+    actor.offload()
+    disabled.offload()
+    assert offload_env(sim)
+    assert actor.offloaded and sim.state is None and not disabled.offloaded
+    assert reload_env(sim)
+    disabled.reload()
+    actor.reload()
     assert not actor.offloaded and sim.state == [1, 2, 3] and sim.calls == ["offload", "onload"]
     after = _snapshot(model, opt)
     assert all(torch.equal(before[k], after[k]) for k in before)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from vla_infra import LocalBackend, Worker, WorkerGroup, register, resolve_placement, wait_all
+from vla_infra import LocalBackend, Worker, WorkerGroup, register, resolve_placement
 from vla_infra.workers import concat_values, make_backend, split_value
 from vla_infra.workers.dispatch import dispatch_args
 
@@ -125,7 +125,7 @@ def test_submit_overlaps_groups_and_keeps_call_order():
     b = WorkerGroup(Shard, 2, name="b")
     start = time.perf_counter()
     futures = [a.sleep.submit(0.3), b.sleep.submit(0.3)]
-    idents = wait_all(futures)
+    idents = [f.result() for f in futures]
     elapsed = time.perf_counter() - start
     assert elapsed < 0.75, f"groups did not overlap: {elapsed:.2f} s (sequential would be 0.9 s)"
     assert len({idents[0][0], *idents[1]}) == 3  # each worker runs on its own thread

@@ -7,7 +7,6 @@ It does set `MUJOCO_GL` (EGL, else OSMesa) if unset, so that MuJoCo imported lat
 
 from vla_envs.base import (
     EPISODE_METRIC_KEYS,
-    OBS_KEYS,
     BatchedEnv,
     StepResult,
     check_actions,
@@ -30,7 +29,6 @@ from vla_envs.registry import (
     list_env_types,
     list_tasks,
     register_adapter,
-    register_env_type,
     unregister_adapter,
 )
 from vla_envs.reset_ids import reset_state_ids, split_reset_state_ids
@@ -42,7 +40,6 @@ configure_mujoco_gl()
 
 __all__ = [
     "EPISODE_METRIC_KEYS",
-    "OBS_KEYS",
     "BatchedEnv",
     "EnvAdapter",
     "EnvConfig",
@@ -70,7 +67,6 @@ __all__ = [
     "make_env",
     "merge_obs_rows",
     "register_adapter",
-    "register_env_type",
     "reset_state_ids",
     "select_obs_rows",
     "split_reset_state_ids",

@@ -25,12 +25,10 @@ import numpy as np
 
 Obs = dict[str, Any]
 
-OBS_KEYS = ("images", "wrist_images", "states", "task_descriptions")
 EPISODE_METRIC_KEYS = ("success_once", "return", "episode_len", "reward")
 
 __all__ = [
     "EPISODE_METRIC_KEYS",
-    "OBS_KEYS",
     "BatchedEnv",
     "Obs",
     "StepResult",

@@ -1,4 +1,4 @@
-"""Held-out evaluation helpers: every (task, trial) start once, and the per-task / per-group result table.
+"""Held-out evaluation helpers: the per-task / per-group result table of evaluation episodes.
 
 The result tables of the reference documents report success per group of tasks: MetaWorld per difficulty group
 (Easy, Medium, Hard, Very Hard, and Avg. = the mean of the groups), LIBERO per suite (Object, Spatial, Goal, Long,
@@ -8,7 +8,7 @@ kinds of summary; `task_grouping` gives each env type's grouping (from its adapt
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -19,28 +19,8 @@ __all__ = [
     "TaskGrouping",
     "evaluation_table",
     "format_evaluation_tables",
-    "iter_reset_state_batches",
     "task_grouping",
 ]
-
-
-def iter_reset_state_batches(num_reset_states: int, num_envs: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Batches of reset_state_ids covering `range(num_reset_states)` exactly once.
-
-    The last batch is padded with id 0; padded rows have `valid=False` and must be masked out of metrics.
-    Use with `auto_reset=False` and `env.reset(reset_state_ids=ids)`; `env.describe_reset_state(i)` gives
-    (task, trial) of an id (id = task_index * num_trials_per_task + trial).
-
-    Yields:
-        (ids int64 [num_envs], valid bool [num_envs]).
-    """
-    if num_reset_states < 1 or num_envs < 1:
-        raise ValueError(f"need num_reset_states >= 1 and num_envs >= 1, got {num_reset_states}, {num_envs}")
-    for start in range(0, num_reset_states, num_envs):
-        ids = np.arange(start, min(start + num_envs, num_reset_states), dtype=np.int64)
-        valid = np.ones(num_envs, dtype=bool)
-        valid[len(ids) :] = False
-        yield np.concatenate([ids, np.zeros(num_envs - len(ids), dtype=np.int64)]), valid
 
 
 def task_grouping(env_type: str, tasks: Sequence[str]) -> TaskGrouping:

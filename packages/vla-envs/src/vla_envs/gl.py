@@ -26,9 +26,3 @@ def configure_mujoco_gl() -> str:
     if backend in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", backend)
     return backend
-
-
-GL_HELP = (
-    "Headless rendering needs EGL (apt-get install libegl1 libegl-mesa0 libgl1-mesa-dri) or OSMesa "
-    "(apt-get install libosmesa6, then MUJOCO_GL=osmesa); scripts/install_system_deps.sh installs both."
-)

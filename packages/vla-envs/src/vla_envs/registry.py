@@ -189,27 +189,6 @@ def get_adapter(env_type: Any) -> EnvAdapter:
     return adapter
 
 
-def register_env_type(
-    name: str, factory: Factory | str, *, task_lister: TaskLister | str | None = None, overwrite: bool = True
-) -> EnvAdapter:
-    """Register an adapter record with a factory and a task lister only (no checker, grouping or demos).
-
-    Args:
-        name: The `EnvConfig.env_type` value.
-        factory: Callable `(EnvConfig) -> BatchedEnv`, or a lazy "module:attr" reference to one.
-        task_lister: Callable `() -> list[str]` (or "module:attr") listing valid task names.
-        overwrite: If False, raise when `name` is already registered.
-    """
-    if not overwrite and name in list_env_types():
-        raise ValueError(f"env type {name!r} is already registered")
-    return register_adapter(EnvAdapter(name, factory, task_lister), overwrite=True)
-
-
 def list_tasks(env_type: str) -> list[str]:
     """Valid task names of `env_type` (imports the adapter, not necessarily the simulator)."""
     return get_adapter(env_type).list_tasks()
-
-
-def env_factory(env_type: str) -> Factory:
-    """The factory `(EnvConfig) -> BatchedEnv` of `env_type` (imports its adapter module, not the simulator)."""
-    return resolve_ref(get_adapter(env_type).factory)  # type: ignore[no-any-return]

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
-
-from vla_envs.config import EnvConfig
 
 ObsRow = dict[
     str, Any
@@ -49,6 +46,3 @@ class SimSpec:
     action_high: np.ndarray
     tasks: list[str]
     options: dict[str, Any] = field(default_factory=dict)
-
-
-SimBuilder = Callable[[EnvConfig, SimSpec, list[int]], list[SimEnv]]

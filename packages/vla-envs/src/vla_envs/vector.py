@@ -4,9 +4,10 @@ Rows are split into consecutive slices of `envs_per_worker`; every call sends ea
 workers step in parallel. A worker that dies or hangs is detected (EOF, dead pipe or `worker_timeout_s`),
 restarted and its envs reset; its rows come back as a clean episode boundary (`truncated[:, 0] = True`,
 `final_mask = True`, `lost = True`, final obs = the last obs seen before the crash). A worker that dies at any
-moment (in a step, in a reset, or while its replacement is still building its simulators) is replaced again,
-with a backoff between attempts; `MAX_CONSECUTIVE_FAILURES` failures in a row for the same worker raise
-`SimulatorUnavailable` naming the simulator, the rows and the last error. `fault_stats()` counts restarts,
+moment (in a step, in a reset, or while its replacement is still building its simulators) is replaced again by
+the `vla_envs.worker_pool.WorkerPool`, with a backoff between attempts; `MAX_CONSECUTIVE_FAILURES` failures in a
+row for the same worker raise `SimulatorUnavailable` naming the simulator, the rows and the last error.
+`fault_stats()` counts restarts,
 episodes lost (the episodes in flight on a crashed worker, each ended as truncated) and seconds spent restarting.
 With auto_reset=False the restarted rows start again from their last `reset()` ids, and rows whose episode had
 already ended stay ended and are not reported again.
@@ -17,8 +18,6 @@ has been read, so the pipes stay in step; call `reset()` before stepping again.
 from __future__ import annotations
 
 import contextlib
-import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,18 +29,8 @@ from vla_envs.episodes import EpisodeTracker
 from vla_envs.reset_ids import reset_state_ids, split_reset_state_ids
 from vla_envs.sim import SimSpec
 from vla_envs.video import EpisodeVideoRecorder
-from vla_envs.workers import LocalWorker, ProcessWorker, SimulatorUnavailable, WorkerDied, WorkerError
-
-logger = logging.getLogger(__name__)
-
-#: Failed (re)starts of one worker in a row (it died, hung, or its simulators failed to build) that end the run.
-#: With the backoff below the attempts span about 8 s plus the start-ups, so a worker killed again and again
-#: while it starts (an operator or an OOM killer every few seconds) is given time; a simulator that cannot
-#: start at all ends the run within seconds.
-MAX_CONSECUTIVE_FAILURES = 5
-#: Seconds before the k-th retry of a failed restart: RESTART_BACKOFF_S * 2**(k-1), at most MAX_BACKOFF_S.
-RESTART_BACKOFF_S = 0.5
-MAX_BACKOFF_S = 8.0
+from vla_envs.worker_pool import WorkerPool
+from vla_envs.workers import WorkerDied, WorkerError
 
 
 def concat_obs(parts: Sequence[Obs]) -> Obs:
@@ -73,9 +62,7 @@ class VectorEnv(BatchedEnv):
         self.tasks = list(spec.tasks)
         self.num_tasks = len(self.tasks)
         self.num_reset_states = self.num_tasks * cfg.num_trials_per_task
-        self.worker_restarts = 0
         self.lost_episodes = 0  # episodes in flight on a worker that crashed (ended as truncated)
-        self.restart_time_s = 0.0
         self._rng = np.random.default_rng(cfg.seed)
         # task index each row currently runs: the tasks go round the whole batch of all ranks / stages
         self._row_task = cfg.row_tasks(self.num_tasks)
@@ -90,11 +77,11 @@ class VectorEnv(BatchedEnv):
             epw = cfg.envs_per_worker
             slices = [list(range(s, min(s + epw, self.num_envs))) for s in range(0, self.num_envs, epw)]
         self._slices = slices
-        self.workers: list[Any] = []
+        self.pool = WorkerPool(cfg, spec, slices, self._describe)
         self._offloaded = False  # offload(): the workers are stopped until onload() / reset()
         self._needs_reset = False  # onload(): the rebuilt simulators start no episode until reset()
         try:
-            self._start_workers()
+            self.pool.start()
         except BaseException:
             self.close()
             raise
@@ -110,22 +97,20 @@ class VectorEnv(BatchedEnv):
         if self.video is not None:
             self.video.tag = str(tag)
 
-    def _start_workers(self) -> None:
-        """Build every worker's simulators (in parallel for subprocess workers) and wait until all are ready."""
-        cfg, spec = self.cfg, self.spec
-        for wid, rows in enumerate(self._slices):
-            if cfg.envs_per_worker == 0:
-                self.workers.append(LocalWorker(wid, cfg, spec, rows))
-            else:
-                worker = ProcessWorker(wid, cfg, spec, rows)
-                worker.start()
-                self.workers.append(worker)
-        for worker in list(self.workers):  # built in parallel; wait for every "ready"
-            if isinstance(worker, ProcessWorker):
-                try:
-                    worker.recv(cfg.worker_start_timeout_s)
-                except WorkerDied as exc:  # killed or crashed while building: start it again
-                    self._start_again(worker.worker_id, str(exc))
+    @property
+    def workers(self) -> list[Any]:
+        """The simulator workers, one per slice of rows (empty while offloaded)."""
+        return self.pool.workers
+
+    @property  # type: ignore[override]
+    def worker_restarts(self) -> int:
+        """Workers restarted so far (after a crash or hang)."""
+        return self.pool.restarts
+
+    @property
+    def restart_time_s(self) -> float:
+        """Seconds spent restarting workers so far."""
+        return self.pool.restart_time_s
 
     # ------------------------------------------------------------------ offload (between rollout phases)
     @property
@@ -135,7 +120,7 @@ class VectorEnv(BatchedEnv):
 
     def simulator_pids(self) -> list[int]:
         """Process ids of the simulator workers (empty while offloaded; this process's id for in-process ones)."""
-        return [int(w.pid) for w in self.workers if w.pid is not None]
+        return self.pool.pids()
 
     def offload(self) -> None:
         """Stop every simulator worker, so that their processes and memory (renderers, physics, GPU contexts) go
@@ -149,9 +134,7 @@ class VectorEnv(BatchedEnv):
         """
         if self._offloaded or self._closed:
             return
-        for worker in self.workers:
-            worker.close()
-        self.workers = []
+        self.pool.stop()
         self._offloaded = True
 
     def onload(self) -> None:
@@ -159,7 +142,7 @@ class VectorEnv(BatchedEnv):
         if not self._offloaded or self._closed:
             return
         try:
-            self._start_workers()
+            self.pool.start()
         except BaseException:
             self.close()
             raise
@@ -217,7 +200,7 @@ class VectorEnv(BatchedEnv):
                 self.workers[wid].send("reset", worker_ids)
                 parts.append(self.workers[wid].recv(self.cfg.worker_timeout_s))
             except WorkerDied as exc:  # episodes in flight are discarded by a reset anyway: none is lost
-                parts.append(self._revive(wid, worker_ids, None, str(exc)))
+                parts.append(self.pool.revive(wid, worker_ids, None, str(exc)))
         obs = concat_obs(parts)
         self._needs_reset = False
         self.episodes.start(obs)
@@ -287,8 +270,9 @@ class VectorEnv(BatchedEnv):
         video = getattr(self, "video", None)
         if video is not None:
             video.close()
-        for worker in self.workers:
-            worker.close()
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.stop()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown
@@ -362,77 +346,6 @@ class VectorEnv(BatchedEnv):
         tasks = sorted({self.tasks[int(t)] for t in self._row_task[self._slices[wid]]})
         return f"simulator {self.cfg.env_type!r} (tasks {', '.join(tasks)}) of env rows {self._slices[wid]}"
 
-    def _revive(self, wid: int, ids: list[int], held_obs: dict[int, Any] | None, reason: str) -> Obs:
-        """Replace worker `wid` and reset its rows to `ids`; returns its obs.
-
-        Any failure on the way (the new process dies or hangs while it builds its simulators or resets, or the
-        build raises) is retried after a backoff; `MAX_CONSECUTIVE_FAILURES` failures in a row raise
-        `SimulatorUnavailable` naming the simulator, the rows and the last error.
-        """
-        t0 = time.monotonic()
-        try:
-            for attempt in range(MAX_CONSECUTIVE_FAILURES):
-                if attempt > 0:
-                    time.sleep(min(RESTART_BACKOFF_S * 2 ** (attempt - 1), MAX_BACKOFF_S))
-                try:
-                    self._restart(wid, reason)
-                    self.workers[wid].send(*(("reset_hold", (ids, held_obs)) if held_obs else ("reset", ids)))
-                    return self.workers[wid].recv(self.cfg.worker_timeout_s)
-                except WorkerDied as exc:
-                    reason = str(exc)
-        finally:
-            self.restart_time_s += time.monotonic() - t0
-        last = [line for line in reason.strip().splitlines() if line.strip()]
-        raise SimulatorUnavailable(
-            f"{self._describe(wid)} failed {MAX_CONSECUTIVE_FAILURES} times in a row (died, hung or could not "
-            f"start); last error: {last[-1].strip() if last else reason}"
-        )
-
-    def _start_again(self, wid: int, reason: str) -> None:
-        """Worker `wid` died before its first "ready": start it again (bounded, with backoff, as `_revive`)."""
-        t0 = time.monotonic()
-        try:
-            for attempt in range(1, MAX_CONSECUTIVE_FAILURES):
-                time.sleep(min(RESTART_BACKOFF_S * 2 ** (attempt - 1), MAX_BACKOFF_S))
-                try:
-                    self._restart(wid, reason)
-                    return
-                except WorkerDied as exc:
-                    reason = str(exc)
-        finally:
-            self.restart_time_s += time.monotonic() - t0
-        worker = self.workers[wid]
-        worker.kill()
-        exited_with_error = worker.exitcode is not None and worker.exitcode > 0  # not a signal, not a hang
-        hint = (
-            f"; with start_method={self.cfg.start_method!r} the main script must be import-safe (guard it "
-            "with `if __name__ == '__main__':`), see the worker's stderr"
-            if exited_with_error and self.cfg.start_method != "fork"
-            else ""
-        )
-        last = [line for line in reason.strip().splitlines() if line.strip()]
-        raise SimulatorUnavailable(
-            f"{self._describe(wid)} failed to start {MAX_CONSECUTIVE_FAILURES} times in a row; last error: "
-            f"{last[-1].strip() if last else reason}{hint}"
-        )
-
-    def _restart(self, wid: int, reason: str) -> None:
-        """Kill worker `wid` and start a replacement; raise WorkerDied if it dies, hangs or fails to build."""
-        old = self.workers[wid]
-        old.kill()
-        logger.warning(
-            "env worker %d (pid %s, rows %s) died or hung: exit code %s (%s); restarting it and resetting its envs",
-            wid, old.pid, old.rows, old.exitcode, reason.strip().splitlines()[-1] if reason.strip() else reason,
-        )  # fmt: skip
-        self.worker_restarts += 1
-        new = ProcessWorker(wid, self.cfg, self.spec, old.rows)
-        self.workers[wid] = new  # before start: a failed start is killed by the next attempt or by close()
-        new.start()
-        try:
-            new.recv(self.cfg.worker_start_timeout_s)
-        except WorkerError as exc:  # the simulators raised while building: a failed start, retried
-            raise WorkerDied(str(exc)) from exc
-
     def _crash_boundary(self, wid: int, reason: str, c: int) -> dict[str, Any]:
         """Restart worker `wid`, reset its rows, and report their episodes as truncated at chunk position 0.
 
@@ -449,7 +362,7 @@ class VectorEnv(BatchedEnv):
             int(k): {key: None if v is None else v[k] for key, v in last.items()}
             for k in np.flatnonzero(held)
         }
-        obs = self._revive(wid, [int(i) for i in ids], held_obs, reason)
+        obs = self.pool.revive(wid, [int(i) for i in ids], held_obs, reason)
         self.lost_episodes += int((~held).sum())
         truncated = np.zeros((n, c), dtype=bool)
         truncated[:, 0] = ~held

@@ -28,7 +28,6 @@ _EXPORTS: dict[str, str] = {
     "WorkerGroup": "vla_infra.workers.group",
     "GroupFuture": "vla_infra.workers.group",
     "WorkerLost": "vla_infra.workers.group",
-    "wait_all": "vla_infra.workers.group",
     "Backend": "vla_infra.workers.backend",
     "LocalBackend": "vla_infra.workers.local_backend",
     "RayBackend": "vla_infra.workers.ray_backend",
@@ -49,7 +48,6 @@ _EXPORTS.update(
         "offload_env": "vla_infra.offload",
         "reload_env": "vla_infra.offload",
         "is_offloaded": "vla_infra.offload",
-        "offloaded": "vla_infra.offload",
         "ModelOffloader": "vla_infra.offload",
         "OffloadableEnv": "vla_infra.offload",
         # FSDP2
@@ -73,7 +71,6 @@ _EXPORTS.update(
         "latest_checkpoint": "vla_infra.checkpoint",
         "checkpoint_dir": "vla_infra.checkpoint",
         "is_complete": "vla_infra.checkpoint",
-        "remove_incomplete": "vla_infra.checkpoint",
         "capture_rng_state": "vla_infra.checkpoint",
         "restore_rng_state": "vla_infra.checkpoint",
         "LoadedCheckpoint": "vla_infra.checkpoint",
@@ -94,7 +91,6 @@ _EXPORTS.update(
         "MetricLogger": "vla_infra.logging",
         "StepTimer": "vla_infra.logging",
         "namespaced": "vla_infra.logging",
-        "M": "vla_infra.logging",
     }
 )
 

@@ -17,8 +17,6 @@ runs, the tensors are still moved into fresh storage, nothing is freed in total.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -31,7 +29,6 @@ __all__ = [
     "offload_env",
     "offload_module",
     "offload_optimizer",
-    "offloaded",
     "reload_env",
     "reload_module",
     "reload_optimizer",
@@ -249,21 +246,3 @@ class ModelOffloader:
         reload_module(self.module)
         if self.optimizer is not None and is_offloaded(self.optimizer):
             reload_optimizer(self.optimizer)
-
-
-@contextmanager
-def offloaded(*targets: ModelOffloader | object) -> Iterator[None]:
-    """Keep ``targets`` (offloaders or offloadable envs) offloaded inside the block, reloaded after it."""
-    for target in targets:
-        if isinstance(target, ModelOffloader):
-            target.offload()
-        else:
-            offload_env(target)
-    try:
-        yield
-    finally:
-        for target in reversed(targets):
-            if isinstance(target, ModelOffloader):
-                target.reload()
-            else:
-                reload_env(target)

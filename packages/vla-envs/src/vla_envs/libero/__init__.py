@@ -10,9 +10,7 @@ from __future__ import annotations
 from vla_envs.libero.env import INIT_STATES_PER_TASK, check_libero_installed, libero_spec, make_libero_env
 from vla_envs.libero.options import IMAGE_FLIPS, LiberoOptions, resolve_options
 from vla_envs.libero.suites import (
-    RECOMMENDED_MAX_EPISODE_STEPS,
     STANDARD_SUITES,
-    SUITE_SIZES,
     SUITES,
     LiberoTask,
     list_libero_tasks,
@@ -23,10 +21,8 @@ from vla_envs.libero.suites import (
 __all__ = [
     "IMAGE_FLIPS",
     "INIT_STATES_PER_TASK",
-    "RECOMMENDED_MAX_EPISODE_STEPS",
     "STANDARD_SUITES",
     "SUITES",
-    "SUITE_SIZES",
     "LiberoOptions",
     "LiberoTask",
     "check_libero_installed",

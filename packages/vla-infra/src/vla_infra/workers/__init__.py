@@ -10,7 +10,7 @@ from vla_infra.workers.dispatch import (
     unit_bounds,
 )
 from vla_infra.workers.factory import BACKENDS, make_backend
-from vla_infra.workers.group import GroupFuture, GroupMethod, WorkerGroup, WorkerLost, wait_all
+from vla_infra.workers.group import GroupFuture, GroupMethod, WorkerGroup, WorkerLost
 from vla_infra.workers.local_backend import LocalBackend
 from vla_infra.workers.worker import Worker, WorkerInfo
 
@@ -42,5 +42,4 @@ __all__ = [
     "register",
     "split_value",
     "unit_bounds",
-    "wait_all",
 ]

@@ -302,8 +302,3 @@ class WorkerGroup:
         for handle in self.handles:
             handle.shutdown()
         self.handles = []
-
-
-def wait_all(futures: Sequence[GroupFuture], timeout: float | None = None) -> list[Any]:
-    """Wait for several group calls (e.g. env and rollout overlapping) and return their outputs."""
-    return [f.result(timeout) for f in futures]

@@ -1,4 +1,5 @@
-"""Every shipped config (`vla-train --list`) trains one iteration on the CPU, as shipped except for sizes.
+"""What the shipped-config tests share: every shipped config (`vla-train --list`) trains one iteration on the CPU, as
+shipped except for sizes (`test_shipped_<family>.py`, one file per env family so that test workers spread them).
 
 What is shrunk, and nothing else: the model becomes the tiny model of the same family (`actor.model.size=tiny`,
 no checkpoint, fp32, 32 px, 64 hidden), envs / episodes / steps / batch sizes / group size get small, GPUs
@@ -57,19 +58,23 @@ LIBERO_SUITE_TWINS = {
     and name not in LONG
     and name.endswith(("_grpo_openvlaoft", "_grpo_openvlaoft_eval"))
 }
-SHIPPED = [
-    pytest.param(name, marks=[pytest.mark.long, pytest.mark.timeout(LONG[name])]) if name in LONG else name
-    for name in list_configs()
-    if name not in LIBERO_SUITE_TWINS
-]
+#: The env families, one test file each (`test_shipped_<family>.py`): a config's family is its name's first word.
+FAMILIES = ("libero", "maniskill", "metaworld", "robotwin")
 
 
-def test_long_cases_name_shipped_configs() -> None:
-    assert set(LONG) <= set(list_configs()), sorted(set(LONG) - set(list_configs()))
+def shipped(family: str) -> list[Any]:
+    """The shipped configs of `family` that train one iteration, as test parameters (`long` ones marked)."""
+    return [
+        pytest.param(name, marks=[pytest.mark.long, pytest.mark.timeout(LONG[name])])
+        if name in LONG
+        else name
+        for name in list_configs()
+        if name not in LIBERO_SUITE_TWINS and name.split("_", 1)[0] == family
+    ]
 
 
 ROBOTWIN_VENV = Path(
-    os.environ.get("ROBOTWIN_VENV") or Path(__file__).resolve().parents[1] / ".venv-robotwin"
+    os.environ.get("ROBOTWIN_VENV") or Path(__file__).resolve().parents[2] / ".venv-robotwin"
 )
 # The RoboTwin task the stand-in robot of scripts/setup_robotwin.sh builds without RoboTwin's downloaded assets.
 ROBOTWIN_CPU_TASK = "stack_blocks_two"
@@ -106,7 +111,7 @@ def _maniskill_overrides(section: str) -> list[str]:
     if importlib.util.find_spec("rlinf") is None:
         pytest.skip("the PutOnPlateInScene25 task code is not installed (pip install --no-deps rlinf==0.3.0)")
     pack = Path(tempfile.gettempdir()) / f"vla-maniskill-standin-{os.getuid()}"
-    script = Path(__file__).resolve().parents[1] / "scripts" / "maniskill_standin_assets.py"
+    script = Path(__file__).resolve().parents[2] / "scripts" / "maniskill_standin_assets.py"
     subprocess.run([sys.executable, str(script), "--out", str(pack)], check=True, timeout=300)
     return [f"++env.{section}.extra.asset_dir={pack}"]
 
@@ -193,9 +198,9 @@ def shrunk_overrides(name: str) -> list[str]:
     return out
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_config_trains_one_iteration_on_cpu(name: str, tmp_path: Path) -> None:
+def train_one_iteration_and_check(name: str, tmp_path: Path) -> None:
+    """Run shipped config `name` shrunk (`shrunk_overrides`) for one iteration and check its metrics and saved
+    config (an `_eval` config: that it evaluated and did not train)."""
     overrides = shrunk_overrides(name)
     summary = run_train(name, overrides, tmp_path / "run")
     rows = read_metrics(tmp_path / "run")
@@ -236,7 +241,7 @@ SHARED_STARTS = {
 }
 
 
-def _start_keys(tc: Any, split: str) -> set[tuple[Any, ...]]:
+def start_keys(tc: Any, split: str) -> set[tuple[Any, ...]]:
     """The starts a section can use, computed from the config (no simulator): training draws trials uniformly from
     [0, num_trials_per_task) of each task; evaluation episode k runs task k % T at trial trial_offset + k // T
     (train_embodied.evaluation). A start is what the adapter builds from a (task, trial): MetaWorld seeds the task's
@@ -263,34 +268,3 @@ def _start_keys(tc: Any, split: str) -> set[tuple[Any, ...]]:
         return {start(t, trial) for t in tasks for trial in range(env.num_trials_per_task)}
     k = np.arange(tc.eval_run.num_episodes)
     return {start(tasks[i % len(tasks)], tc.eval_run.trial_offset + i // len(tasks)) for i in k.tolist()}
-
-
-@pytest.mark.parametrize("name", [n for n in list_configs() if n not in SHARED_STARTS])
-def test_evaluation_starts_are_disjoint_from_training_starts(name: str) -> None:
-    tc = load_train_config(name, [], check_paths=False)
-    shared = _start_keys(tc, "train") & _start_keys(tc, "eval")
-    assert not shared, (
-        f"{name}: {len(shared)} evaluation starts are training starts, e.g. {sorted(shared)[:3]}"
-    )
-
-
-@pytest.mark.parametrize(
-    "name", [n for n in list_configs() if n.startswith("robotwin_adjust_bottle_ppo_OpenPI")]
-)
-def test_robotwin_openpi_configs_run_demo_clean_scenes(name: str) -> None:
-    """The guide: "all OpenPI models are trained under the demo_clean setting" (RoboTwin's task config
-    demo_clean.yml: no random background, no clutter, fixed light, fixed table height)."""
-    from vla_envs.robotwin.options import resolve_options
-
-    tc = load_train_config(name, [], check_paths=False)
-    for env in (tc.env_train, tc.env_eval):
-        randomization = resolve_options(env).task_config["domain_randomization"]
-        assert randomization == {
-            "random_background": False,
-            "cluttered_table": False,
-            "clean_background_rate": 1,
-            "random_head_camera_dis": 0,
-            "random_table_height": 0,
-            "random_light": False,
-            "crazy_random_light_rate": 0,
-        }

@@ -29,9 +29,21 @@ from vla_infra.weight_sync import (
     WeightSync,
     WeightSyncCoordinator,
     WeightUpdate,
-    state_dicts_equal,
 )
 from vla_infra.workers.worker import find_free_port
+
+
+def state_dicts_equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    """Whether two state dicts have the same keys and bit-identical tensors."""
+
+    def same_bytes(x: torch.Tensor, y: torch.Tensor) -> bool:
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        return torch.equal(
+            x.detach().cpu().reshape(-1).view(torch.uint8), y.detach().cpu().reshape(-1).view(torch.uint8)
+        )
+
+    return a.keys() == b.keys() and all(same_bytes(a[k], b[k]) for k in a)
 
 
 def _models() -> tuple[torch.nn.Module, torch.nn.Module]:

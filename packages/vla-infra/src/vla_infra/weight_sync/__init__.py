@@ -32,7 +32,6 @@ from vla_infra.weight_sync.update import (
     WeightReceiver,
     WeightSender,
     WeightUpdate,
-    state_dicts_equal,
 )
 from vla_infra.weight_sync.worker_bases import WeightReceiverWorker, WeightSenderWorker
 
@@ -49,5 +48,4 @@ __all__ = [
     "WeightSyncCoordinator",
     "WeightUpdate",
     "bucket_indices",
-    "state_dicts_equal",
 ]

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -65,12 +64,6 @@ class WeightSender:
         return WeightUpdate(version=self.version, tensors=state)
 
 
-def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    return torch.equal(a.detach().to("cpu").reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
-
-
 class WeightReceiver:
     """Rollout side: applies updates in place and tracks the version it holds (0 = never synced)."""
 
@@ -103,8 +96,3 @@ class WeightReceiver:
                 dst.data.copy_(src)
         self.version = update.version
         return self.version
-
-
-def state_dicts_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
-    """Whether two state dicts have the same keys and bit-identical tensors."""
-    return a.keys() == b.keys() and all(_same_bytes(a[k], b[k].detach().to("cpu")) for k in a)

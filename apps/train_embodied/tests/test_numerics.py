@@ -141,6 +141,6 @@ def test_a_run_of_skipped_updates_ends_the_run_with_one_message(capsys) -> None:
     with pytest.raises(TrainingDiverged) as info:
         skips.record(5, True, "NaN/inf loss or gradients in every minibatch")
     message = str(info.value)
-    assert "\n" not in message and "3 updates in a row (epochs 3-5)" in message
+    assert "\n" not in message and "3 updates in a row (iterations 3-5)" in message
     assert "runner.max_consecutive_skipped_updates=3" in message and skips.total == 4
-    assert "epoch 1: update skipped: NaN/inf in advantages" in capsys.readouterr().out
+    assert "iteration 1: update skipped: NaN/inf in advantages" in capsys.readouterr().out

@@ -13,6 +13,7 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.sharding import SampleLayout, minibatch_share, num_micro_batches
 from vla_algos import advantages_per_ratio, entry_weights, get_policy_loss, reduce_logprobs, total_weight
+from vla_models import Policy
 
 if TYPE_CHECKING:
     from train_embodied.update import UpdateSettings
@@ -54,7 +55,7 @@ def minibatch_weight_sums(
 
 
 def minibatch_gradients(
-    policy: Any,
+    policy: Policy,
     batch: SampleBatch,
     minibatch: torch.Tensor,
     s: UpdateSettings,
@@ -100,7 +101,7 @@ def minibatch_gradients(
 
 
 def _micro_loss(
-    policy: Any,
+    policy: Policy,
     batch: SampleBatch,
     idx: torch.Tensor,
     s: UpdateSettings,

@@ -71,19 +71,19 @@ class SkippedUpdates:
         self.in_a_row = 0
         self.total = 0
 
-    def record(self, epoch: int, skipped: bool, why: str) -> None:
-        """Count epoch `epoch`'s update (skipped or not; `why` says what was non-finite)."""
+    def record(self, iteration: int, skipped: bool, why: str) -> None:
+        """Count iteration `iteration`'s update (skipped or not; `why` says what was non-finite)."""
         if not skipped:
             self.in_a_row = 0
             return
         self.in_a_row += 1
         self.total += 1
         print(
-            f"[numerics] epoch {epoch}: update skipped: {why} ({self.in_a_row} in a row, limit {self.limit})"
+            f"[numerics] iteration {iteration}: update skipped: {why} ({self.in_a_row} in a row, limit {self.limit})"
         )
         if self.in_a_row >= self.limit:
             raise TrainingDiverged(
-                f"{self.in_a_row} updates in a row (epochs {epoch - self.in_a_row + 1}-{epoch}) were skipped for "
+                f"{self.in_a_row} updates in a row (iterations {iteration - self.in_a_row + 1}-{iteration}) were skipped for "
                 f"NaN/inf (last: {why}); the run stops here (runner.max_consecutive_skipped_updates="
                 f"{self.limit}): lower actor.optim.lr, check the rewards, or resume from an earlier checkpoint"
             )

@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from train_embodied.config.sections import ModelSection, OptimSection
-from vla_models import rl_parameters
+from vla_models import Policy, rl_parameters
 
 
 def model_config(section: ModelSection, env_spec: dict[str, Any] | None = None) -> Any:
@@ -34,7 +34,7 @@ def load_settings(section: ModelSection) -> dict[str, Any]:
 
 def build_policy_for_run(
     section: ModelSection, env_spec: dict[str, Any] | None, *, device: Any = "cpu"
-) -> Any:
+) -> Policy:
     """Load `section.model_path` (a save_pretrained folder, a published OpenVLA folder or an OpenVLA-OFT training
     folder) or build a random tiny policy.
 
@@ -92,7 +92,7 @@ def check_model_folder(section: ModelSection) -> list[str]:
     return []
 
 
-def frozen_copy(policy: Any) -> Any:
+def frozen_copy(policy: Policy) -> Policy:
     """A copy of `policy` that does not train (no gradients, eval mode): the KL penalty's reference policy.
 
     It costs one more set of weights on the actor's device (no gradients or optimizer state)."""
@@ -167,7 +167,7 @@ def init_optimizer_state(optimizer: torch.optim.Optimizer) -> None:
 
 
 @torch.no_grad()
-def policy_values(policy: Any, obs: dict[str, Any]) -> torch.Tensor:
+def policy_values(policy: Policy, obs: dict[str, Any]) -> torch.Tensor:
     """V(obs) float32 [B] from the policy's prefix forward (`policy.values`); zeros for a policy without a value
     head and for an empty batch (a rank receives one when the rows to value are fewer than the ranks)."""
     return policy.values(obs)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -20,6 +19,7 @@ from train_embodied.minibatch_loss import minibatch_gradients
 from train_embodied.numerics import finite_optimizer_step
 from train_embodied.sharding import SampleLayout, minibatch_share, num_micro_batches
 from vla_infra import all_reduce_sums, clip_grad_norm
+from vla_models import Policy
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class UpdateSettings:
 
 
 def ppo_update(
-    policy: Any,
+    policy: Policy,
     optimizer: torch.optim.Optimizer,
     batch: SampleBatch,
     s: UpdateSettings,
@@ -87,7 +87,7 @@ def ppo_update(
     rank: int = 0,
     world_size: int = 1,
     layout: SampleLayout | None = None,
-    reference: Any = None,
+    reference: Policy | None = None,
     lr_scale: float = 1.0,
 ) -> tuple[dict[str, float], int]:
     """Update `policy` on one flattened rollout.
@@ -189,7 +189,7 @@ def ppo_update(
 
 
 def reference_logprobs(
-    reference: Any,
+    reference: Policy,
     batch: SampleBatch,
     samples: torch.Tensor,
     micro_batch_size: int,

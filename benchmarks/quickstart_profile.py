@@ -14,8 +14,8 @@ without evaluations or checkpoints, and prints, over the iterations after the fi
   passes) on the same batch with a minimal loss: shuffle, `policy.evaluate`, backward, optimizer step, nothing
   else. The ratio (goal >= 0.9) is what the framework leaves of the model's own training speed.
 
-The bare loop runs right after each iteration's update, on that iteration's batch, so both see the same
-background load; its time is taken out of the iteration's figures. The policy's weights do not change the cost
+The bare loop runs right before and right after each iteration's update, on that iteration's batch, so both see
+the same background load; its time is taken out of the iteration's figures. The policy's weights do not change the cost
 (every rollout has the same number of decisions), so without `--policy` the randomly initialised model is used.
 """
 
@@ -62,6 +62,7 @@ def bare_update(
     n = len(idx_all)
     generator = torch.Generator().manual_seed(0)
     policy.eval()
+    forward = 0.0
     t0 = time.perf_counter()
     for _ in range(settings.update_epoch):
         perm = idx_all[torch.randperm(n, generator=generator)]
@@ -70,22 +71,33 @@ def bare_update(
             optimizer.zero_grad(set_to_none=True)
             for m in range(0, len(minibatch), settings.micro_batch_size):
                 micro = minibatch[m : m + settings.micro_batch_size]
+                t_forward = time.perf_counter()
                 logprobs, _, values = policy.evaluate({k: v[micro] for k, v in fi_all.items()})
+                forward += time.perf_counter() - t_forward
                 loss = -logprobs.float().mean() + (0.0 if values is None else values.float().pow(2).mean())
                 loss.backward()
             optimizer.step()
+    _SPENT["bare_forward"] += forward / 2  # run twice per update (before and after it)
     return time.perf_counter() - t0, n * settings.update_epoch
 
 
 def _profiled_ppo_update(original: Any) -> Any:
     @functools.wraps(original)
     def wrapper(policy: Any, optimizer: Any, batch: Any, s: Any, **kwargs: Any) -> Any:
-        twin_policy, twin_optimizer = copy.deepcopy((policy, optimizer))  # same weights and Adam state
+        # the bare loop runs once before and once after, on copies (same weights and Adam state): a load that
+        # changes during the update weighs on both sides alike
+        twins = [copy.deepcopy((policy, optimizer)) for _ in range(2)]
+        before_s, bare_samples = bare_update(*twins[0], batch, s)
+        policy.evaluate = _timed("update_forward", policy.evaluate)  # this instance only, for this call
         t0 = time.perf_counter()
-        out = original(policy, optimizer, batch, s, **kwargs)
-        _SPENT["ppo_update"] += time.perf_counter() - t0
-        bare_s, bare_samples = bare_update(twin_policy, twin_optimizer, batch, s)
-        _SPENT["bare_loop"] += bare_s
+        try:
+            out = original(policy, optimizer, batch, s, **kwargs)
+        finally:
+            _SPENT["ppo_update"] += time.perf_counter() - t0
+            del policy.evaluate
+        after_s, _ = bare_update(*twins[1], batch, s)
+        _SPENT["bare_loop"] += before_s + after_s  # taken out of the iteration's time
+        _SPENT["bare_mean"] += (before_s + after_s) / 2
         _SPENT["bare_samples"] += bare_samples
         _SPENT["update_samples"] += float(out[0].get("train/actor/num_samples", 0.0)) * s.update_epoch
         return out
@@ -197,6 +209,11 @@ def main() -> None:
     print(line("  rest of the rollout", rollout - predict - sim))
     print(line("actor update (actor_update)", update))
     print(line("  optimizer passes", passes, "(ppo_update)"))
+    fwd = mean([p.get("update_forward", 0.0) for p in probes])
+    bare_fwd = mean([p.get("bare_forward", 0.0) for p in probes])
+    bare_mean = mean([p.get("bare_mean", 0.0) for p in probes])
+    print(line("    policy.evaluate", fwd, f"(bare loop: {bare_fwd:.2f} s)"))
+    print(line("    loss, backward, step", passes - fwd, f"(bare loop: {bare_mean - bare_fwd:.2f} s)"))
     print(line("  before them", update - passes, "(hand-over, advantages, flattening)"))
     print(line("weight sync", sync))
     print(line("rest (logging, metrics)", other))
@@ -204,7 +221,7 @@ def main() -> None:
     bare_samples = mean([p.get("bare_samples", 0.0) for p in probes])
     rate = samples / update
     rate_passes = samples / passes
-    rate_bare = bare_samples / bare
+    rate_bare = bare_samples / mean([p.get("bare_mean", 0.0) for p in probes])
     print(
         f"update: {samples:.0f} sample passes (samples x update_epoch) per iteration: {rate:.0f} samples/s over "
         f"the actor_update phase, {rate_passes:.0f} samples/s inside ppo_update; bare forward+backward loop of the "

@@ -17,14 +17,20 @@ VENV="${VENV:-.venv}"
 if [[ "${QUICKSTART_SKIP_SETUP:-0}" != "1" ]]; then
     VENV="$VENV" bash scripts/setup.sh
 fi
-export PATH="$PWD/$VENV/bin:$PATH"
+case "$VENV" in
+    /*) export PATH="$VENV/bin:$PATH" ;;
+    *) export PATH="$PWD/$VENV/bin:$PATH" ;;
+esac
 export MUJOCO_GL="${MUJOCO_GL:-egl}" PYOPENGL_PLATFORM="${PYOPENGL_PLATFORM:-egl}"
 
 start=$(date +%s)
 echo "[quickstart] 1/2 demos + supervised warm start ($CONFIG)"
 POLICY=$(vla-sft "$CONFIG" runner.logger.log_path="$RUNS" | tail -n 1)
-echo "[quickstart] warm-start policy: $POLICY"
+warm=$(date +%s)
+echo "[quickstart] warm-start policy: $POLICY ($(( warm - start )) s)"
 
 echo "[quickstart] 2/2 evaluate, RL, evaluate"
 vla-train "$CONFIG" runner.logger.log_path="$RUNS" actor.model.model_path="$POLICY" "$@"
-echo "[quickstart] finished in $(( $(date +%s) - start )) s after install"
+end=$(date +%s)
+echo "[quickstart] finished in $(( end - start )) s after install (warm start $(( warm - start )) s," \
+    "vla-train $(( end - warm )) s); 1-min load average at the end: $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo n/a)"

@@ -53,7 +53,7 @@ CRITIC_METRICS = [
 
 # two iterations with a linear lr decay: the second trains at half the lr, and the resume tests check that a
 # resumed run decays exactly as an uninterrupted one
-PPO_RUN = [*PPO_TINY, "runner.max_epochs=2", "actor.optim.lr_decay_style=linear"]
+PPO_RUN = [*PPO_TINY, "runner.max_epochs=2", "actor.optim.lr_decay_style=linear", "runner.eval_greedy=true"]
 
 
 @pytest.fixture(scope="module")
@@ -215,6 +215,7 @@ def test_eval_only_writes_videos(tmp_path: Path, capsys) -> None:
             [
                 "metaworld_ppo_tiny_cpu",
                 *PPO_TINY,
+                "runner.eval_greedy=true",
                 "env.eval.video_cfg.save_video=true",
                 f"runner.logger.log_dir={log_dir}",
             ]

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# --import-mode=importlib: the helper modules beside this file (weights_compare, fake_counter_sim) import by name
+sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture

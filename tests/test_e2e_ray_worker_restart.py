@@ -25,9 +25,10 @@ def _pid(group, rank: int = 0) -> int:
 
 
 def test_killed_rollout_and_env_actors_are_replaced_and_resynced(tmp_path: Path, no_running_ray) -> None:
+    from weights_compare import state_dicts_equal
+
     from train_embodied.config import load_train_config
     from train_embodied.run_workers import RunWorkers
-    from vla_infra.weight_sync import state_dicts_equal
 
     tc = load_train_config(
         "metaworld_ppo_tiny_cpu",

@@ -64,8 +64,9 @@ def _train_rows(log_dir: Path) -> dict[int, dict[str, float]]:
 
 @pytest.mark.parametrize("algo", sorted(RUNS))
 def test_two_of_each_train_like_one_of_each(algo: str, tmp_path: Path, no_running_ray, monkeypatch) -> None:
+    from weights_compare import state_dicts_equal
+
     from train_embodied.run_workers import RunWorkers
-    from vla_infra.weight_sync import state_dicts_equal
 
     config, overrides = RUNS[algo]
     synced: list[int] = []

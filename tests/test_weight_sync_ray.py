@@ -16,9 +16,11 @@ ray = pytest.importorskip("ray")
 
 
 def test_rollout_ranks_hold_the_actors_weights_bit_for_bit_and_refuse_stale(tmp_path: Path) -> None:
+    from weights_compare import state_dicts_equal
+
     from train_embodied.config import load_train_config
     from train_embodied.run_workers import RunWorkers
-    from vla_infra.weight_sync import StaleWeightsError, state_dicts_equal
+    from vla_infra.weight_sync import StaleWeightsError
 
     if ray.is_initialized():
         ray.shutdown()

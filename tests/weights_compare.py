@@ -1,0 +1,19 @@
+"""Bit-level comparison of two state dicts, for the tests that check a weight sync delivered the actor's weights."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+
+def state_dicts_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """Whether two state dicts have the same keys and bit-identical tensors (dtype and shape included)."""
+
+    def same_bytes(x: torch.Tensor, y: torch.Tensor) -> bool:
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        x, y = x.detach().cpu().reshape(-1), y.detach().cpu().reshape(-1)
+        return torch.equal(x.view(torch.uint8), y.view(torch.uint8))
+
+    return a.keys() == b.keys() and all(same_bytes(a[k], b[k]) for k in a)

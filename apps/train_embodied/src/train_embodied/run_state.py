@@ -44,8 +44,8 @@ class RunState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunState:
-        """The state `to_dict` wrote. Checkpoints of earlier versions name the iteration count `epoch`, the weight
-        version `version`, and hold the actor's optimizer steps as `global_step`; those are read too."""
+        """The state `to_dict` wrote. A trainer state without `iteration`, `weight_version` or `optimizer_steps`
+        gives them as `epoch`, `version` and `global_step` (the actor's optimizer steps); those are read too."""
         return cls(
             iteration=int(_first(data, "iteration", "epoch")),
             env_steps=int(data.get("env_steps", 0)),

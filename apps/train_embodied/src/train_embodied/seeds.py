@@ -1,9 +1,9 @@
-"""Named seed streams: one independent seed per (run seed, stream name, epoch / stage / rank ...).
+"""Named seed streams: one independent seed per (run seed, stream name, iteration / stage / rank ...).
 
 Every random draw of a run (env starts, policy sampling, minibatch shuffles, evaluation sampling) takes its
 seed from `stream_seed(run_seed, STREAM, *keys)`, so two streams never share a seed (a bare `seed + k`
 scheme lets stage 1's reset seed equal the update shuffle's, and rank offsets overlap other runs' seeds).
-Seeds are functions of (run seed, stream, keys) alone: a run resumed at epoch e replays epoch e exactly.
+Seeds are functions of (run seed, stream, keys) alone: a run resumed at iteration i replays iteration i exactly.
 
 It lives in the app because only the app composes streams; the packages take plain integer seeds.
 """
@@ -14,12 +14,12 @@ import hashlib
 
 import numpy as np
 
-ROLLOUT_SAMPLING = "rollout.sampling"  # the rollout policy's action sampling, per epoch
-TRAIN_RESET = "env.train.reset"  # training env starts, per epoch and pipeline stage
+ROLLOUT_SAMPLING = "rollout.sampling"  # the rollout policy's action sampling, per iteration
+TRAIN_RESET = "env.train.reset"  # training env starts, per iteration and pipeline stage
 GROUP_STARTS = (
-    "env.train.group_starts"  # start states shared by a group (grouped-start estimators), per epoch
+    "env.train.group_starts"  # start states shared by a group (grouped-start estimators), per iteration
 )
-UPDATE_SHUFFLE = "actor.update.shuffle"  # minibatch shuffling of the actor update, per epoch
+UPDATE_SHUFFLE = "actor.update.shuffle"  # minibatch shuffling of the actor update, per iteration
 EVAL_SAMPLING = "eval.sampling"  # the policy's sampling during held-out evaluations
 ENV_STAGE = "env.stage"  # construction seed of a pipeline stage's env group
 RANK = "rank"  # a worker rank's share of a seed
@@ -32,7 +32,7 @@ def _stream_key(stream: str) -> int:
 
 def stream_seed(seed: int, stream: str, *keys: int) -> int:
     """An independent 32-bit seed for `stream` of a run seeded `seed`, at non-negative int `keys`
-    (epoch, stage, rank, ...), from numpy's SeedSequence (hash-mixed, no arithmetic offsets to collide)."""
+    (iteration, stage, rank, ...), from numpy's SeedSequence (hash-mixed, no arithmetic offsets to collide)."""
     entropy = int(seed) % 2**64  # SeedSequence wants a non-negative int
     seq = np.random.SeedSequence(entropy, spawn_key=(_stream_key(stream), *(int(k) for k in keys)))
     return int(seq.generate_state(1)[0])

@@ -28,7 +28,7 @@ def group_reset_ids(tc: TrainConfig, num_tasks: int, *key: int) -> np.ndarray:
     num_groups = tc.env_train.num_envs // g
     rng = np.random.default_rng(stream_seed(tc.runner.seed, seeds.GROUP_STARTS, *key))
     trials = rng.integers(0, trials_per_task, size=num_groups)
-    if num_tasks > 1:  # one task: the draw above is the whole start, as it always was
+    if num_tasks > 1:  # one task: the trial drawn above is the whole start
         first = int(rng.integers(0, num_tasks)) if num_groups % num_tasks else 0
         tasks = (first + np.arange(num_groups)) % num_tasks
         trials = reset_state_ids(tasks, trials, trials_per_task)

@@ -21,7 +21,7 @@ from vla_models.families import (
     registered_families,
     unregister_family,
 )
-from vla_models.policy_protocol import Policy as Policy  # typing only: imports no model code
+from vla_models.policy_protocol import Policy as Policy  # a Protocol: imports no model code
 
 if TYPE_CHECKING:
     from vla_models.action_tokenizer import ActionTokenizer

@@ -271,9 +271,9 @@ class ActorWorker(WeightSenderWorker):
         with self._on_device():
             loaded = load_checkpoint(path, model=self.policy, optimizer=self.optimizer)
         state = dict(loaded.trainer_state)
-        # checkpoints written before the key was "optimizer_steps" name the count "global_step"
+        # "global_step": the same count, in a trainer state without "optimizer_steps"
         self.optimizer_step = int(state.get("optimizer_steps", state.get("global_step", 0)))
-        # checkpoints written before policy_step existed: count every step as a policy step
+        # no "policy_step": every optimizer step counts as a policy step
         self.policy_step = int(state.get("policy_step", self.optimizer_step))
         return state
 

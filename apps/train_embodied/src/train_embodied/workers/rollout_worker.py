@@ -100,7 +100,7 @@ class RolloutWorker(WeightReceiverWorker):
 
     @register("one_to_all", collect="none", replay=True)
     def seed(self, seed: int) -> None:
-        """Re-seed the sampling RNG (each epoch: a resumed run samples exactly as an uninterrupted one).
+        """Re-seed the sampling RNG (each iteration: a resumed run samples exactly as an uninterrupted one).
 
         A training rollout (`predict(rows=...)`) samples each env row from its own generator, seeded by (`seed`,
         global row id): what a row samples does not depend on how the rows are split over rollout ranks or

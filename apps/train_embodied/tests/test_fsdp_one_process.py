@@ -74,11 +74,12 @@ def _mlp_calls_per_update(overrides: list[str]) -> int:
 
 
 def test_gradient_checkpointing_recomputes_the_blocks_with_one_actor_process() -> None:
-    plain = _mlp_calls_per_update(["actor.fsdp_config.gradient_checkpointing=false"])
-    checkpointed = _mlp_calls_per_update(["actor.fsdp_config.gradient_checkpointing=true"])
+    passes = ["algorithm.update_epoch=4"]
+    plain = _mlp_calls_per_update([*passes, "actor.fsdp_config.gradient_checkpointing=false"])
+    checkpointed = _mlp_calls_per_update([*passes, "actor.fsdp_config.gradient_checkpointing=true"])
     # the guides' spelling `fsdp.gradient_checkpointing` reaches the same setting
-    alias = _mlp_calls_per_update(["+fsdp.gradient_checkpointing=true"])
-    assert plain == 8  # the config's update_epoch 4 x 2 micro-batches, no recomputation
+    alias = _mlp_calls_per_update([*passes, "+fsdp.gradient_checkpointing=true"])
+    assert plain == 8  # update_epoch 4 x 2 micro-batches, no recomputation
     assert checkpointed == alias == 2 * plain
 
 

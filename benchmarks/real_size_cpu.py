@@ -18,14 +18,20 @@ Each family runs in its own subprocess (so its peak resident memory is its own: 
    generator per row);
 3. takes one update step on that decision through ``train_embodied.update.ppo_update`` with the optimizer of
    ``train_embodied.policy_io.build_optimizer`` (the guide's loss: PPO actor-critic, or GRPO's actor loss);
-4. makes a greedy decision, saves with ``save_pretrained``, frees the policy and its optimizer, reloads with
-   ``load_policy`` (safetensors are memory-mapped) and makes the greedy decision again, which must agree.
+4. makes a greedy decision, saves with ``save_pretrained`` (LoRA merged into the bf16 weights), merges LoRA into
+   the policy in place the same way and makes the greedy decision again (what the folder must reproduce), frees the
+   policy and its optimizer, reloads with ``load_policy`` and decides again: the reloaded decision must match the
+   merged one (its difference from the unmerged one, the bf16 export's rounding, is printed).
+
+On the CPU the policy is built as the trainer builds it (``train_embodied.policy_io.build_policy_for_run``): where
+the CPU has no native bf16 GEMM, its Linear layers compute their products in float32 from the bf16 weights
+(``vla_models.cpu_float32_products``).
 
 It prints, per family, the time of each phase, the peak resident memory of each phase and of the whole process,
 and an analytic bound: the process before building (interpreter and libraries) + parameters and buffers + 3x the
 parameters the RL optimizer trains (``vla_models.rl_parameters``: gradients and AdamW's two moments) + activations (the checkpointed blocks' saved inputs
 and a KV cache, measured from the shapes the blocks see, + one block recomputed in float32 + its attention
-scores). The ratio peak / bound must be <= 1.2. It exits non-zero on any failure: a shape or dtype that is not
+scores) + the largest Linear weight in float32 (the transient copy of a float32 product). The ratio peak / bound must be <= 1.2. It exits non-zero on any failure: a shape or dtype that is not
 the contract's, non-finite outputs, an update that moves no trainable weight or moves a frozen one, a reloaded
 decision that disagrees, a ratio above 1.2, or memory running out (the process aborts itself, exit 3, when its
 resident memory passes 95% of what the machine had available when it started or the machine's available memory
@@ -66,6 +72,9 @@ REAL_SIZE_AVAILABLE_GB = {"openvla": 19.0, "openvla_oft": 19.0, "pi0": 12.0, "pi
 # parameters at real size (billions), for the wait and the disk check of a reduced --layers run
 REAL_SIZE_PARAMS_B = {"openvla": 7.6, "openvla_oft": 7.6, "pi0": 3.4, "pi05": 3.4}
 RATIO_LIMIT = 1.2
+#: the reloaded folder's greedy actions against the merged policy's, as a share of the largest action (the same
+#: bf16 weights through the same code: any difference beyond float noise is a save or load fault)
+RELOAD_TOLERANCE = 1e-3
 MIN_SYSTEM_AVAILABLE = 1 * GIB
 
 
@@ -283,7 +292,8 @@ def run_child(args: argparse.Namespace) -> int:
         from train_embodied.policy_io import build_optimizer
         from train_embodied.update import UpdateSettings, ppo_update
         from vla_infra import enable_gradient_checkpointing
-        from vla_models import build_policy, get_family, load_policy, rl_parameters
+        from vla_models import build_policy, cpu_float32_products, get_family, load_policy, rl_parameters
+        from vla_models.lora import merge_lora_
 
         cfg, run = family_config(name, args.layers, args.film)
         dev = torch.device(args.device)
@@ -296,6 +306,9 @@ def run_child(args: argparse.Namespace) -> int:
             policy = build_policy(cfg)
         finally:
             torch.set_default_device(None)  # no device mode left intercepting every later torch call
+        if dev.type == "cpu":
+            # as the trainer's build_policy_for_run: float32 products where the CPU lacks native bf16 GEMM
+            result["float32_product_layers"] = cpu_float32_products(policy)
         wrap = set(get_family(type(policy.config).family).fsdp_wrap_classes)
         blocks = [m for m in policy.modules() if type(m).__name__ in wrap]
         n_ckpt = enable_gradient_checkpointing(policy, wrap_classes=tuple(wrap))
@@ -359,7 +372,12 @@ def run_child(args: argparse.Namespace) -> int:
         train_state = 3 * tensor_bytes(
             trainable
         )  # gradients and AdamW's two moments, in the parameters' dtype
-        bound = base + weights + train_state + activations
+        # float32 products (CPU without native bf16 GEMM): one weight at a time is recast, the largest bounds it
+        largest = max(
+            (m.weight.numel() for m in policy.modules() if isinstance(m, torch.nn.Linear)), default=0
+        )
+        products = 4 * largest if result.get("float32_product_layers") else 0
+        bound = base + weights + train_state + activations + products
 
         phase("update")
         critic = run["loss_type"] == "actor_critic"
@@ -400,14 +418,24 @@ def run_child(args: argparse.Namespace) -> int:
         result["update_metrics"] = {k: metrics[k] for k in sorted(metrics) if k.startswith("train/")}
         done("update")
 
+        phase("greedy")
+        unmerged = decide(policy, "greedy", seed=1)
+        done("greedy")
+
         phase("save")
-        ref = decide(policy, "greedy", seed=1)
         save_dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=args.out))
         t_save = time.perf_counter()
         policy.save_pretrained(str(save_dir))
         times["save_pretrained"] = time.perf_counter() - t_save
         result["saved_gib"] = sum(f.stat().st_size for f in save_dir.iterdir()) / GIB
         done("save")
+
+        # the folder holds the LoRA deltas merged into the bf16 base weights: the decision it must reproduce is
+        # that of the policy merged the same way in place (the unmerged one differs by the export's rounding)
+        phase("merged")
+        merge_lora_(policy)
+        ref = decide(policy, "greedy", seed=1)
+        done("merged")
 
         phase("reload")
         del policy, optimizer, out, batch, params, trainable, lora, lora_before, frozen, blocks
@@ -417,17 +445,26 @@ def run_child(args: argparse.Namespace) -> int:
         times["load_policy"] = time.perf_counter() - t_load
         if dev.type == "cuda":
             again = again.to(dev)
+        else:
+            cpu_float32_products(again)
         rep = decide(again, "greedy", seed=1)
         d_actions = (rep.actions - ref.actions).abs().max().item()
         d_logp = (rep.logprobs - ref.logprobs).abs().max().item()
+        d_export = (rep.actions - unmerged.actions).abs().max().item()
         scale = max(ref.actions.abs().max().item(), 1.0)
-        result.update(reload_max_action_diff=d_actions, reload_max_logprob_diff=d_logp)
+        result.update(
+            reload_max_action_diff=d_actions,
+            reload_max_logprob_diff=d_logp,
+            export_rounding_action_diff=d_export,
+        )
         print(
-            f"  reloaded greedy decision: max |action diff| {d_actions:.3g}, max |logprob diff| {d_logp:.3g}"
+            f"  reloaded greedy decision vs the merged policy's: max |action diff| {d_actions:.3g}, max |logprob "
+            f"diff| {d_logp:.3g}; vs the unmerged policy's (the bf16 export's rounding): {d_export:.3g}"
         )
         check(
-            d_actions <= 0.02 * scale,
-            f"{name}: the reloaded policy's greedy decision differs by {d_actions:.3g} (> {0.02 * scale:.3g})",
+            d_actions <= RELOAD_TOLERANCE * scale,
+            f"{name}: the reloaded policy's greedy decision differs from the merged policy's by {d_actions:.3g} "
+            f"(> {RELOAD_TOLERANCE * scale:.3g})",
         )
         done("reload")
         shutil.rmtree(save_dir, ignore_errors=True)
@@ -442,6 +479,7 @@ def run_child(args: argparse.Namespace) -> int:
             base_gib=base / GIB,
             activations_gib=activations / GIB,
             optimizer_and_grads_gib=train_state / GIB,
+            float32_products_gib=products / GIB,
             bound_gib=bound / GIB,
             peak_rss_gib=peak / GIB,
             ratio=peak / bound,
@@ -544,7 +582,8 @@ def run_parent(args: argparse.Namespace) -> int:
         print(
             f"{name}: {result['params_b']:.2f}B params, peak RSS {peak:.2f} GiB vs bound {result['bound_gib']:.2f} "
             f"GiB (process {result['base_gib']:.2f} + weights {result['weights_gib']:.2f} + grads/AdamW "
-            f"{result['optimizer_and_grads_gib']:.2f} + activations {result['activations_gib']:.2f}): "
+            f"{result['optimizer_and_grads_gib']:.2f} + activations {result['activations_gib']:.2f} + float32 "
+            f"products {result['float32_products_gib']:.2f}): "
             f"ratio {ratio:.2f} (<= {RATIO_LIMIT}); phases "
             + ", ".join(f"{k} {v:.1f} s" for k, v in t.items())
             + "; phase peaks "

@@ -333,6 +333,26 @@ def test_lora_trains_adapters_and_heads_and_exports_merged(tmp_path, pi05: bool,
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("pi05", [False, True])
+def test_bf16_policy_reloads_every_tensor_bit_for_bit(tmp_path, pi05: bool) -> None:
+    """With ``precision: bf16`` the projections, heads and norms stay float32: a trained value there (not a bf16
+    number) comes back from ``save_pretrained`` / ``load_policy`` unrounded, in its own dtype."""
+    policy = _policy(pi05=pi05, add_value_head=True, precision="bf16")
+    kept = {n for n, p in policy.named_parameters() if p.dtype == torch.float32}
+    assert {"action_in_proj.weight", "action_out_proj.weight", "value_head.mlp.0.weight"} <= kept
+    with torch.no_grad():  # an update's step: float32 values that bf16 cannot hold
+        for n, p in policy.named_parameters():
+            if n in kept:
+                p.add_(torch.full_like(p, 1e-6))
+    policy.save_pretrained(str(tmp_path))
+    loaded = load_policy(str(tmp_path))
+    want, got = policy.state_dict(), loaded.state_dict()
+    assert list(got) == list(want)
+    for k, v in want.items():
+        assert got[k].dtype == v.dtype, k
+        assert torch.equal(got[k], v), k
+
+
 def test_sft_loss_learns_a_fixed_mapping() -> None:
     policy = _policy(sft_loss_dims="env").train()
     obs = _obs(b=8)

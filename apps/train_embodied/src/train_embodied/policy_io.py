@@ -40,9 +40,10 @@ def build_policy_for_run(
 
     A loaded checkpoint keeps its architecture (a setting it contradicts is an error); a value head is added when
     `add_value_head` asks for one and the checkpoint has none (e.g. PPO from an SFT checkpoint trained without a
-    critic).
+    critic). On the CPU, half-precision weights compute their products in float32 where the CPU has no native
+    half-precision GEMM (`vla_models.cpu_float32_products`).
     """
-    from vla_models import build_policy, load_policy
+    from vla_models import build_policy, cpu_float32_products, load_policy
 
     if section.model_path:
         if env_spec and int(env_spec["action_dim"]) != section.action_dim:
@@ -63,7 +64,12 @@ def build_policy_for_run(
         if section.size == "full":
             raise ValueError("actor.model.size='full' needs actor.model.model_path (a checkpoint folder)")
         policy = build_policy(model_config(section, env_spec))
-    return policy.to(device)
+    policy = policy.to(device)
+    if torch.device(device).type == "cpu":
+        # bf16 / fp16 weights on a CPU without native half-precision GEMM: products in float32 (3x forward,
+        # far more in backward), weights kept in their dtype
+        cpu_float32_products(policy)
+    return policy
 
 
 #: model folders with at most this many bytes of weights are loaded once while the config is validated

@@ -26,6 +26,7 @@ from vla_models.policy_protocol import Policy as Policy  # a Protocol: imports n
 if TYPE_CHECKING:
     from vla_models.action_tokenizer import ActionTokenizer
     from vla_models.checkpoint import check_checkpoint
+    from vla_models.cpu_products import cpu_float32_products
     from vla_models.factory import build_policy, config_from_dict, load_policy
     from vla_models.family_openvla import prismatic_family
     from vla_models.forward_inputs import PROMPT_KEYS, concat_forward_inputs, pad_prompts
@@ -62,6 +63,7 @@ __all__ = [
     "check_observation",
     "concat_forward_inputs",
     "config_from_dict",
+    "cpu_float32_products",
     "families",
     "family_names",
     "fsdp_wrap_classes",
@@ -85,6 +87,7 @@ __getattr__, __dir__ = lazy_exports(
         "stats_from_bounds": "vla_models.normalization",
         "check_checkpoint": "vla_models.checkpoint",
         "check_observation": "vla_models.observations",
+        "cpu_float32_products": "vla_models.cpu_products",
         "build_policy": "vla_models.factory",
         "config_from_dict": "vla_models.factory",
         "load_policy": "vla_models.factory",

@@ -132,13 +132,22 @@ class OpenPiVelocityModel(nn.Module):
     def apply_precision(self: M) -> M:
         """Cast to the dtype layout of ``precision``: openpi and the reference framework run PaliGemma and the
         expert in ``precision`` but keep their norms, the action / state / time projections and the value and
-        noise heads in float32. A loader applies it before loading, so each tensor lands in its final dtype."""
-        self.to(DTYPES[self.config.precision])
+        noise heads in float32. A loader applies it before loading, so each tensor lands in its final dtype.
+        Each tensor is cast once, to its own dtype: a float32 tensor that stays float32 keeps every bit (a trained
+        projection is not rounded through ``precision`` when a folder is reloaded)."""
+        low = DTYPES[self.config.precision]
+        keep: set[int] = set()
         for name, module in self.named_modules():
             top = name.split(".")[0]
             if top in FLOAT32_MODULES or isinstance(module, (GemmaRMSNorm, AdaRMSNorm)):
-                module.float()
-        return self
+                keep.update(id(t) for t in (*module.parameters(), *module.buffers()))
+
+        def cast(t: torch.Tensor) -> torch.Tensor:
+            if not t.is_floating_point():
+                return t
+            return t.float() if id(t) in keep else t.to(low)
+
+        return self._apply(cast)
 
     def merge_lora(self) -> None:
         """Fold LoRA into the base weights in place (for export); the policy then has no adapters."""

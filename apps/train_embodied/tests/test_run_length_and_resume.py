@@ -4,6 +4,7 @@ optimizer steps are a separate count, and a resumed run continues the iteration 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from train_embodied.config.build import ConfigError
 from train_embodied.config.sections import RunnerSection
 from train_embodied.run_state import RunState
 from train_embodied.testing import PPO_TINY, read_metrics, run_train
+from vla_infra import MANIFEST
 
 # 2 envs x 8 decisions = 16 samples = one minibatch of 16, update_epoch 2: 2 optimizer steps per iteration
 RUN = [
@@ -69,6 +71,9 @@ def test_max_steps_caps_the_iterations_and_the_log_step_is_the_iteration(capped_
     assert [h["iteration"] for h in summary["history"]] == [1, 2]
     saved = sorted(p.name for p in (log_dir / "checkpoints").iterdir())
     assert saved == ["global_step_1", "global_step_2"]
+    for name in saved:  # the manifest names the checkpoint's step
+        manifest = json.loads((log_dir / "checkpoints" / name / MANIFEST).read_text())
+        assert manifest["step"] == int(name.rsplit("_", 1)[1])
 
 
 @pytest.mark.slow

@@ -31,8 +31,10 @@ class RunState:
     warned_no_groups: bool = False  # the filter-dropped-every-group warning was printed
 
     def to_dict(self) -> dict[str, Any]:
-        """The trainer state a checkpoint holds (JSON-able)."""
+        """The trainer state a checkpoint holds (JSON-able); `step` (the iteration, the run's x-axis) is also the
+        checkpoint manifest's step."""
         return {
+            "step": self.iteration,
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "weight_version": self.weight_version,

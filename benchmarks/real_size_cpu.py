@@ -319,7 +319,8 @@ def run_child(args: argparse.Namespace) -> int:
         weights = tensor_bytes(params) + tensor_bytes(policy.buffers())
         trainable = [p for _, p in rl_parameters(policy)]  # what build_optimizer gives AdamW
         bf16_share = tensor_bytes(p for p in params if p.dtype == torch.bfloat16) / tensor_bytes(params)
-        check(bf16_share >= 0.95, f"{name}: only {bf16_share:.1%} of the parameter bytes are bf16")
+        # pi0.5 keeps its adaptive norms' projections in float32 as openpi does: 6.9% of its bytes at real size
+        check(bf16_share >= 0.9, f"{name}: only {bf16_share:.1%} of the parameter bytes are bf16")
         lora = [p for n, p in policy.named_parameters() if "lora_" in n]
         check(len(lora) > 0 and all(p.requires_grad for p in lora), f"{name}: no trainable LoRA adapters")
         result.update(

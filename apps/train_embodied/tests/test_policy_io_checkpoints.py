@@ -126,3 +126,20 @@ def test_pi0_section_builds_saves_and_loads_with_its_keys(tmp_path: Path) -> Non
         assert torch.equal(v, loaded.state_dict()[k]), k
     with pytest.raises(ValueError, match=r"actor\.model: image_size=32 contradicts"):
         build_policy_for_run(_pi0_section(model_path=str(tmp_path / "pi0"), image_size=32), {"action_dim": 4})
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_cpu_policy_multiplies_bf16_weights_in_float32_where_the_cpu_lacks_bf16(precision: str) -> None:
+    from vla_models.cpu_products import Float32ProductLinear, native_half_products
+
+    section = ModelSection(precision=precision, image_size=32, extra={"patch_size": 16, "hidden_size": 64})
+    policy = build_policy_for_run(section, None)
+    # plain Linear layers (MultiheadAttention's out_proj, a subclass whose weight it reads directly, is not one)
+    plain = (torch.nn.Linear, Float32ProductLinear)
+    half = [m for m in policy.modules() if type(m) in plain and m.weight.dtype == torch.bfloat16]
+    switched = [m for m in policy.modules() if type(m) is Float32ProductLinear]
+    assert bool(half) is (precision == "bf16")
+    if native_half_products(torch.bfloat16):
+        assert switched == []
+    else:
+        assert switched == half  # every bf16 Linear, LoRA's base and adapter layers among them

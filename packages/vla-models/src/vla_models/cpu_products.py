@@ -79,8 +79,9 @@ class Float32ProductLinear(nn.Linear):
 
 def cpu_float32_products(module: nn.Module, *, only_without_native: bool = True) -> int:
     """Switch `module`'s plain ``nn.Linear`` layers with bf16 / fp16 weights to :class:`Float32ProductLinear`, in
-    place (LoRA wrappers keep working: their base and adapter layers are such layers). Returns how many layers
-    were switched.
+    place (LoRA wrappers keep working: their base and adapter layers are such layers; a subclass such as
+    ``nn.MultiheadAttention``'s ``out_proj``, whose weight the attention reads directly, is left alone). Returns
+    how many layers were switched.
 
     Args:
         only_without_native: switch only where this CPU lacks native products in the weight's dtype

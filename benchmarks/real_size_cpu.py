@@ -29,10 +29,11 @@ the CPU has no native bf16 GEMM, its Linear layers compute their products in flo
 
 It prints, per family, the time of each phase, the peak resident memory of each phase and of the whole process,
 and an analytic bound: the process before building (interpreter and libraries) + parameters and buffers + 3x the
-parameters the RL optimizer trains (``vla_models.rl_parameters``: gradients and AdamW's two moments) + activations (the checkpointed blocks' saved inputs
-and a KV cache, measured from the shapes the blocks see, + one block recomputed in float32 + its attention
-scores) + the largest Linear weight in float32 (the transient copy of a float32 product). The ratio peak / bound must be <= 1.2. It exits non-zero on any failure: a shape or dtype that is not
-the contract's, non-finite outputs, an update that moves no trainable weight or moves a frozen one, a reloaded
+parameters the RL optimizer trains (``vla_models.rl_parameters``: gradients and AdamW's two moments) + activations
+(the checkpointed blocks' saved inputs and a KV cache, measured from the shapes the blocks see, + one block
+recomputed in float32 + its attention scores) + the largest Linear weight in float32 (the transient copy of a
+float32 product). The ratio peak / bound must be <= 1.2. It exits non-zero on any failure: a shape or dtype that is
+not the contract's, non-finite outputs, an update that moves no trainable weight or moves a frozen one, a reloaded
 decision that disagrees, a ratio above 1.2, or memory running out (the process aborts itself, exit 3, when its
 resident memory passes 95% of what the machine had available when it started or the machine's available memory
 falls under 1 GiB, so it never takes down a shared machine).

@@ -7,6 +7,7 @@ Config problems are reported one per line on stderr with exit status 2, before a
 
 from __future__ import annotations
 
+import io
 import signal
 import sys
 import threading
@@ -106,6 +107,10 @@ def _run(prog: str, tc) -> int:
     from vla_envs import SimulatorUnavailable
     from vla_infra import CheckpointError, CheckpointSaveError
 
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        # each progress line reaches a pipe (`| tee run.log`, a supervising process) when it is printed, not when a
+        # block of output has filled up
+        sys.stdout.reconfigure(line_buffering=True)
     try:
         with run_folder_lock(tc.log_dir), _ctrl_c_reaches_this_process_only():
             run(tc)

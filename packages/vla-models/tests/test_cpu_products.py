@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -64,16 +63,6 @@ def test_switching_follows_the_cpu_s_native_support() -> None:
     assert switched == (0 if native_half_products(torch.bfloat16) else 2)
 
 
-def _obs(b: int) -> dict:
-    rng = np.random.default_rng(0)
-    return {
-        "images": rng.integers(0, 256, (b, 64, 64, 3), dtype=np.uint8),
-        "wrist_images": None,
-        "states": rng.standard_normal((b, 4)).astype(np.float32),
-        "task_descriptions": ["close the drawer"] * b,
-    }
-
-
 CONFIGS = {
     "openvla": lambda: OpenVLAConfig.tiny(
         action_dim=4, num_action_chunks=2, norm_stats=STATS, precision="bf16", is_lora=True, lora_rank=4
@@ -93,7 +82,7 @@ CONFIGS = {
 
 
 @pytest.mark.parametrize("family", list(CONFIGS))
-def test_bf16_policy_decides_and_trains_as_with_native_products(family: str) -> None:
+def test_bf16_policy_decides_and_trains_as_with_native_products(family: str, make_obs_fn) -> None:
     """The switched policy keeps its state-dict keys, re-evaluates its own decision, and its greedy decision,
     log-probs and LoRA gradients agree with the native bf16 policy's to bf16 rounding."""
     torch.manual_seed(0)
@@ -102,7 +91,7 @@ def test_bf16_policy_decides_and_trains_as_with_native_products(family: str) -> 
     n = cpu_float32_products(switched, only_without_native=False)
     assert n > 0
     assert list(switched.state_dict()) == list(native.state_dict())
-    obs = _obs(2)
+    obs = make_obs_fn(2)
     gen = lambda: [torch.Generator().manual_seed(i) for i in range(2)]  # noqa: E731
     with torch.no_grad():
         a = native.predict(obs, mode="greedy", generator=gen())

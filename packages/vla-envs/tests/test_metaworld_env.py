@@ -259,3 +259,41 @@ def test_progress_reward_is_the_change_of_the_simulators_shaped_reward() -> None
         _env(extra={"progress_reward": True})
     with pytest.raises(ValueError, match=r"extra\['progress_reward'\]=0.5 is invalid .*reward_mode='dense'"):
         _env(reward_mode="dense", extra={"progress_reward": 0.5})
+
+
+def test_coarser_drawn_meshes_keep_the_physics_and_nearly_the_images() -> None:
+    """extra['render_mesh_grid']: fewer triangles drawn, the same simulation bit for bit (the scripted expert's
+    episode, gripper contacts included) and images that differ by less than one grey level on average."""
+    from vla_envs.metaworld.meshes import cluster_faces
+
+    full = _env(extra={"hide_far_meshes": True}, max_episode_steps=50)
+    coarse = _env(extra={"hide_far_meshes": True, "render_mesh_grid": 0.005}, max_episode_steps=50)
+    try:
+        models = [env.workers[0].runner.sims[0]._task_env(TASK).env.model for env in (full, coarse)]
+        drawn = [int(m.mesh_facenum.sum()) for m in models]
+        assert drawn[1] < 0.5 * drawn[0]
+        np.testing.assert_array_equal(models[0].mesh_vert, models[1].mesh_vert)  # hulls and inertia as compiled
+        obs_f, obs_c = full.reset(seed=3), coarse.reset(seed=3)
+        diffs, ended = [], np.zeros(2, dtype=bool)
+        for _ in range(50):
+            np.testing.assert_array_equal(obs_f["states"], obs_c["states"])
+            diffs.append(np.abs(obs_f["images"].astype(np.int16) - obs_c["images"]).mean())
+            actions = _expert_actions(obs_f["states"])
+            res_f, res_c = full.step(actions), coarse.step(actions)
+            np.testing.assert_array_equal(res_f.rewards, res_c.rewards)
+            ended |= res_f.final_mask
+            if ended.all():
+                break
+            obs_f, obs_c = res_f.obs, res_c.obs
+        assert ended.all(), "the scripted expert closes the drawer"
+        assert 0 < np.mean(diffs) < 1.0
+    finally:
+        full.close()
+        coarse.close()
+    # the clustering itself: a quad split into 2 triangles survives a fine grid, collapses on a coarse one
+    verts = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]], dtype=np.float64)
+    quad = np.array([[0, 1, 2], [0, 2, 3]])
+    np.testing.assert_array_equal(cluster_faces(verts, quad, 0.5), quad)
+    assert cluster_faces(verts, quad, 10.0).shape == (0, 3)
+    with pytest.raises(ValueError, match=r"extra\['render_mesh_grid'\]=0.5 is invalid .*0 <= x <= 0.05"):
+        _env(extra={"render_mesh_grid": 0.5})

@@ -42,6 +42,7 @@ def demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> d
         "max_episode_steps": cfg.max_episode_steps,
         "reward_mode": cfg.reward_mode,
         "hide_far_meshes": opts.hide_far_meshes,
+        "render_mesh_grid": opts.render_mesh_grid,
         "seed": int(seed),
     }
 
@@ -64,6 +65,7 @@ def demo_settings_from_cli(args: argparse.Namespace) -> dict[str, Any]:
         else args.max_episode_steps,
         "reward_mode": args.reward_mode,
         "hide_far_meshes": args.hide_far_meshes,
+        "render_mesh_grid": args.render_mesh_grid,
         "seed": args.seed,
     }
 

@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     demos.add_argument("--reward-mode", choices=["sparse", "dense", "normalized_dense"], default="sparse")
     demos.add_argument("--hide-far-meshes", action="store_true")
+    demos.add_argument(
+        "--render-mesh-grid", type=float, default=0.0, help="draw meshes merged on this grid (metres; 0: off)"
+    )
     demos.add_argument("--workers", type=int, default=2, help="worker processes (0 = in-process)")
     demos.add_argument("--seed", type=int, default=0)
     return parser

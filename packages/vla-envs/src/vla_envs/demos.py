@@ -185,6 +185,7 @@ def generate_metaworld_demos(
     max_episode_steps: int = 50,
     reward_mode: str = "sparse",
     hide_far_meshes: bool = False,
+    render_mesh_grid: float = 0.0,
     num_workers: int = 2,
     episodes_per_job: int = 5,
     start_method: str = "forkserver",
@@ -199,7 +200,8 @@ def generate_metaworld_demos(
         episodes_per_task: Episodes per task.
         image_size, camera, wrist_camera, action_repeat, max_episode_steps, reward_mode: Same meaning as in
             `EnvConfig` (use the values of the env the policy will run in; camera None: MetaWorld's default).
-        hide_far_meshes: MetaWorld's `extra['hide_far_meshes']` (see `vla_envs.metaworld.options`).
+        hide_far_meshes, render_mesh_grid: MetaWorld's `extra` keys of the same names (see
+            `vla_envs.metaworld.options`).
         num_workers: Worker processes (0 = in this process).
         episodes_per_job: Episodes per work item (one shard each).
         start_method: multiprocessing start method.
@@ -224,7 +226,7 @@ def generate_metaworld_demos(
         max_episode_steps=max_episode_steps,
         reward_mode=reward_mode,
         seed=seed,
-        extra={"hide_far_meshes": hide_far_meshes},
+        extra={"hide_far_meshes": hide_far_meshes, "render_mesh_grid": render_mesh_grid},
     )
     metaworld_spec(cfg)  # validates tasks and cameras with clear errors
     check_metaworld_installed()

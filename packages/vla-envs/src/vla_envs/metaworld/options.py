@@ -12,7 +12,7 @@ CAMERAS = ("corner", "corner2", "corner3", "corner4", "topview", "behindGripper"
 DEFAULT_CAMERA = "corner2"
 MAX_IMAGE_SIDE = 1024
 #: `EnvConfig.extra` keys MetaWorld reads.
-EXTRA_KEYS = ("task_cache_size", "hide_far_meshes", "states", "progress_reward")
+EXTRA_KEYS = ("task_cache_size", "hide_far_meshes", "render_mesh_grid", "states", "progress_reward")
 #: What `states` holds (`extra['states']`). MetaWorld's observation is 39-D: hand xyz [0:3], gripper opening [3],
 #: the objects' poses now [4:18] and one control step earlier [18:36], the goal xyz [36:39] (zero where the task
 #: set hides the goal).
@@ -30,6 +30,9 @@ class MetaWorldOptions:
         wrist_camera: Second camera returned as `wrist_images`, or None.
         hide_far_meshes: Hide the robot base/pedestal/head meshes (`extra['hide_far_meshes']`; about 2x faster
             renders on llvmpipe; the arm and the scene are unchanged).
+        render_mesh_grid: `extra['render_mesh_grid']`, metres (0: off): draw the meshes with their vertices merged
+            on a grid of this size (`vla_envs.metaworld.meshes`; 0.005 makes a 64 px drawer-close step about 40%
+            faster on llvmpipe with the images nearly unchanged; the physics is untouched).
         task_cache_size: Simulators of distinct tasks kept alive per batch row (`extra['task_cache_size']`).
         states: `extra['states']`, one of `STATE_MODES`: "full" (MetaWorld's 39-D observation) or "hand_goal"
             (7-D: hand xyz, gripper opening, goal xyz; the goal is what tells a reach or push target apart, and it
@@ -45,6 +48,7 @@ class MetaWorldOptions:
     camera: str = DEFAULT_CAMERA
     wrist_camera: str | None = None
     hide_far_meshes: bool = False
+    render_mesh_grid: float = 0.0
     task_cache_size: int = 4
     states: str = "full"
     progress_reward: float = 0.0
@@ -74,6 +78,9 @@ def resolve_options(cfg: EnvConfig) -> MetaWorldOptions:
     hide = cfg.extra.get("hide_far_meshes", False)
     if not isinstance(hide, bool):
         _fail("extra['hide_far_meshes']", hide, "true or false")
+    grid = cfg.extra.get("render_mesh_grid", 0.0)
+    if isinstance(grid, bool) or not isinstance(grid, (int, float)) or not 0 <= grid <= 0.05:
+        _fail("extra['render_mesh_grid']", grid, "a cell size in metres, 0 <= x <= 0.05 (0: the meshes as loaded)")
     cache = cfg.extra.get("task_cache_size", 4)
     if isinstance(cache, bool) or not isinstance(cache, int) or cache < 1:
         _fail("extra['task_cache_size']", cache, "an int >= 1")
@@ -94,6 +101,7 @@ def resolve_options(cfg: EnvConfig) -> MetaWorldOptions:
         camera=camera,
         wrist_camera=cfg.wrist_camera,
         hide_far_meshes=hide,
+        render_mesh_grid=float(grid),
         task_cache_size=cache,
         states=states,
         progress_reward=float(progress),

@@ -2,7 +2,8 @@
 
 Speed settings (measured on llvmpipe, see the package README): shadowsize=0 and offsamples=0 on the model,
 a private `mujoco.Renderer` with reflections off, and optionally the far robot meshes (pedestal, base, head,
-l0, l1: about 37k of 68k faces) moved to a hidden geom group.
+l0, l1: about 37k of 68k faces) moved to a hidden geom group, and the meshes drawn coarser
+(`vla_envs.metaworld.meshes`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
+from vla_envs.metaworld.meshes import simplify_drawn_meshes
 from vla_envs.metaworld.options import HAND_GOAL_INDICES, MetaWorldOptions, resolve_options
 from vla_envs.metaworld.tasks import TASK_DESCRIPTIONS
 from vla_envs.sim import ObsRow, SimSpec
@@ -75,6 +77,8 @@ class _TaskEnv:
                         if name in FAR_MESHES:
                             model.geom_group[g] = HIDDEN_GEOM_GROUP
                 self.scene_option.geomgroup[HIDDEN_GEOM_GROUP] = 0
+            if opts.render_mesh_grid > 0:
+                simplify_drawn_meshes(model, opts.render_mesh_grid)
             self.renderer = mujoco.Renderer(model, h, w)
             self.renderer.scene.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
             if opts.wrist_camera is not None:

@@ -1,0 +1,75 @@
+"""Coarser drawn meshes for fast offscreen renders (`extra['render_mesh_grid']`).
+
+On a software renderer (Mesa llvmpipe) a small MetaWorld image costs about one microsecond per 6 mesh triangles:
+the Sawyer arm's ~30k triangles take most of a 64 px render. `simplify_drawn_meshes` redraws every mesh with its
+vertices merged on a grid (vertex clustering): each occupied grid cell keeps one of its own vertices, triangles
+collapsed by the merge are dropped. Only the faces the renderer draws change (`mesh_face`, `mesh_facenormal`,
+`mesh_facetexcoord`, `mesh_facenum`); vertex positions, convex hulls, masses and inertias stay as compiled, so
+the physics is bit for bit the same. Call it before the model's `mujoco.Renderer` is made (the renderer uploads
+the meshes once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def cluster_faces(verts: np.ndarray, faces: np.ndarray, grid: float) -> np.ndarray:
+    """Faces int [K, 3] of a mesh redrawn with its vertices merged on a `grid`-metre grid.
+
+    Each occupied cell is represented by its vertex nearest to the cell's vertex mean; a face keeps its
+    orientation; faces whose corners merge into fewer than three cells and repeats of a face are dropped.
+
+    Args:
+        verts: float [V, 3] vertex positions (metres).
+        faces: int [F, 3] vertex indices of the triangles.
+        grid: the cell size in metres (> 0).
+    """
+    keys = np.floor(np.asarray(verts, dtype=np.float64) / grid).astype(np.int64)
+    _, cell, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
+    cell = cell.reshape(-1)
+    sums = np.zeros((counts.size, 3))
+    np.add.at(sums, cell, verts)
+    dist = np.linalg.norm(verts - (sums / counts[:, None])[cell], axis=1)
+    order = np.lexsort((dist, cell))  # by cell, nearest to the cell's mean first
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = cell[order][1:] != cell[order][:-1]
+    representative = np.empty(counts.size, dtype=np.int64)
+    representative[cell[order][first]] = order[first]
+    merged = representative[cell[faces]]
+    kept = np.flatnonzero(
+        (merged[:, 0] != merged[:, 1]) & (merged[:, 1] != merged[:, 2]) & (merged[:, 0] != merged[:, 2])
+    )
+    _, unique = np.unique(np.sort(merged[kept], axis=1), axis=0, return_index=True)
+    return np.asarray(merged[kept[np.sort(unique)]], dtype=np.int64)
+
+
+def simplify_drawn_meshes(model: Any, grid: float) -> tuple[int, int]:
+    """Redraw every mesh of a compiled `mujoco.MjModel` in place with `cluster_faces` at `grid` metres.
+
+    Each new face corner takes the normal (and texture coordinate) the vertex had in the original faces.
+
+    Returns:
+        (triangles before, triangles after) over all meshes.
+    """
+    before = after = 0
+    for mesh in range(model.nmesh):
+        vert_adr, vert_num = int(model.mesh_vertadr[mesh]), int(model.mesh_vertnum[mesh])
+        face_adr, face_num = int(model.mesh_faceadr[mesh]), int(model.mesh_facenum[mesh])
+        faces = np.array(model.mesh_face[face_adr : face_adr + face_num], dtype=np.int64)
+        new = cluster_faces(model.mesh_vert[vert_adr : vert_adr + vert_num], faces, grid)
+        k = len(new)
+        corner_arrays = [model.mesh_facenormal]
+        if int(model.mesh_texcoordadr[mesh]) >= 0:
+            corner_arrays.append(model.mesh_facetexcoord)
+        for per_corner in corner_arrays:
+            of_vertex = np.zeros(vert_num, dtype=np.int64)
+            of_vertex[faces.reshape(-1)] = np.asarray(per_corner[face_adr : face_adr + face_num]).reshape(-1)
+            per_corner[face_adr : face_adr + k] = of_vertex[new]
+        model.mesh_face[face_adr : face_adr + k] = new
+        model.mesh_facenum[mesh] = k
+        before += face_num
+        after += k
+    return before, after

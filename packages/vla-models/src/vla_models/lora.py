@@ -6,18 +6,28 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
-from peft import LoraConfig, inject_adapter_in_model
-from peft.tuners.lora import LoraLayer
 from safetensors.torch import load_file
 from torch import nn
 
 from vla_models.safetensors_writer import Deferred
 
 LM_LORA_TARGETS = r".*layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
+
+
+def _lora_layers(module: nn.Module) -> list[tuple[str, Any]]:
+    """(name, layer) of every peft LoRA layer in `module`. peft is imported only where LoRA is injected (its
+    import costs seconds): without it loaded no module can hold a LoRA layer."""
+    if "peft.tuners.lora" not in sys.modules:
+        return []
+    from peft.tuners.lora import LoraLayer
+
+    return [(name, m) for name, m in module.named_modules() if isinstance(m, LoraLayer)]
 
 
 def apply_lora(
@@ -32,6 +42,8 @@ def apply_lora(
         alpha: LoRA alpha (default ``rank``... scale 1).
         dropout: LoRA dropout.
     """
+    from peft import LoraConfig, inject_adapter_in_model
+
     cfg = LoraConfig(r=rank, lora_alpha=alpha or rank, lora_dropout=dropout, target_modules=LM_LORA_TARGETS)
     model = inject_adapter_in_model(cfg, language_model)
     for name, p in model.named_parameters():
@@ -40,7 +52,7 @@ def apply_lora(
 
 
 def has_lora(module: nn.Module) -> bool:
-    return any(isinstance(m, LoraLayer) for m in module.modules())
+    return bool(_lora_layers(module))
 
 
 def merged_state_dict(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -59,13 +71,13 @@ def deferred_merged_state_dict(module: nn.Module) -> dict[str, torch.Tensor | De
     sd: dict[str, torch.Tensor | Deferred] = {
         k: v for k, v in module.state_dict().items() if "lora_" not in k
     }
-    for name, m in module.named_modules():
-        if isinstance(m, LoraLayer) and "default" in m.lora_A:
+    for name, m in _lora_layers(module):
+        if "default" in m.lora_A:
             key = f"{name}.base_layer.weight"
             base = sd[key]
             assert isinstance(base, torch.Tensor)
 
-            def merged(m: LoraLayer = m, base: torch.Tensor = base) -> torch.Tensor:
+            def merged(m: Any = m, base: torch.Tensor = base) -> torch.Tensor:
                 with torch.no_grad():
                     return base + m.get_delta_weight("default").to(base.dtype)
 
@@ -75,12 +87,11 @@ def deferred_merged_state_dict(module: nn.Module) -> dict[str, torch.Tensor | De
 
 def merge_lora_(module: nn.Module) -> nn.Module:
     """Merge LoRA into the base layers in place and replace each LoRA wrapper by its base ``nn.Linear``."""
-    for name, m in list(module.named_modules()):
-        if isinstance(m, LoraLayer):
-            m.merge()
-            parent_name, _, child = name.rpartition(".")
-            parent = module.get_submodule(parent_name) if parent_name else module
-            setattr(parent, child, m.get_base_layer())
+    for name, m in _lora_layers(module):
+        m.merge()
+        parent_name, _, child = name.rpartition(".")
+        parent = module.get_submodule(parent_name) if parent_name else module
+        setattr(parent, child, m.get_base_layer())
     return module
 
 

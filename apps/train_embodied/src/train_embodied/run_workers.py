@@ -113,6 +113,7 @@ class RunWorkers:
                 global_batch_size=tc.actor.global_batch_size,
                 seed=tc.runner.seed,
                 num_threads=tc.runner.torch_num_threads,
+                training_threads=tc.training_threads,
                 fsdp=tc.actor.fsdp_config,
                 enable_offload=tc.actor.enable_offload,
             )

@@ -116,8 +116,8 @@ def run_sft(tc: TrainConfig) -> Path:
                 f"{np.mean([ep['success'] for ep in eps]):.2f}"
             )
 
-    if tc.runner.torch_num_threads > 0:
-        torch.set_num_threads(tc.runner.torch_num_threads)
+    if tc.training_threads > 0:
+        torch.set_num_threads(tc.training_threads)  # nothing else runs now: the demos are written
     torch.manual_seed(tc.runner.seed)
     policy = build_policy_for_run(dataclasses.replace(tc.actor.model, model_path=None), None)  # from scratch
     policy.eval()  # no dropout: the warm start is then exactly what RL starts from

@@ -63,6 +63,12 @@ class TrainConfig:
     trainer: TrainerSection = field(default_factory=TrainerSection)
 
     @property
+    def training_threads(self) -> int:
+        """Intra-op threads while the policy trains: `actor.torch_num_threads`, 0 meaning `runner.torch_num_threads`
+        (0 there too: torch's default)."""
+        return self.actor.torch_num_threads or self.runner.torch_num_threads
+
+    @property
     def log_dir(self) -> str:
         """The run's folder (`runner.logger.log_dir`)."""
         return str(self.runner.logger.log_dir)

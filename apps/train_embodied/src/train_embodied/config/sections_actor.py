@@ -171,9 +171,12 @@ class ActorSection:
     global_batch_size: int = 256
     enable_offload: bool = False
     fsdp_config: FSDPSection = field(default_factory=FSDPSection)
+    #: intra-op threads while the actor trains (the update; `vla-sft`'s training); 0: `runner.torch_num_threads`
+    torch_num_threads: int = 0
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.micro_batch_size", self.micro_batch_size, 1)
+        errors += at_least(f"{prefix}.torch_num_threads", self.torch_num_threads, 0)
         errors += at_least(f"{prefix}.global_batch_size", self.global_batch_size, 1)
         if self.micro_batch_size >= 1 and self.global_batch_size % self.micro_batch_size != 0:
             errors.append(

@@ -51,6 +51,20 @@ def _resident(offloader: ModelOffloader | None) -> Iterator[None]:
         offloader.offload()
 
 
+@contextmanager
+def torch_threads(num_threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to `num_threads` inside the block, restored after it (0: unchanged). On the
+    local backend the actor shares its process with the rollout: the update alone takes the cores the
+    simulators leave idle while it runs."""
+    before = torch.get_num_threads()
+    if num_threads > 0:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 class ActorWorker(WeightSenderWorker):
     """The trained policy, its optimizer, and the PPO/GRPO update; the sending end of the weight sync
     (`WeightSenderWorker`: `weight_sync_endpoint`, `join_weight_sync`, `send_weights`).
@@ -62,6 +76,8 @@ class ActorWorker(WeightSenderWorker):
         algorithm: The `algorithm` section.
         micro_batch_size, global_batch_size: Samples per backward pass / per optimizer step.
         seed: Seed of the minibatch shuffling generator.
+        num_threads: torch's intra-op threads of the worker (`runner.torch_num_threads`; 0: torch's default).
+        training_threads: Intra-op threads inside an update (`TrainConfig.training_threads`; 0: `num_threads`).
         fsdp: The `actor.fsdp_config` section. With more than one rank (one process each, Ray backend) every
             rank joins the group's process group and the policy is sharded with FSDP2; one rank trains a plain
             module whatever `fsdp.strategy` says, with its other settings applied to it
@@ -83,11 +99,13 @@ class ActorWorker(WeightSenderWorker):
         global_batch_size: int,
         seed: int,
         num_threads: int = 1,
+        training_threads: int = 0,
         fsdp: FSDPSection | None = None,
         enable_offload: bool = False,
     ) -> None:
         if num_threads > 0:
             torch.set_num_threads(num_threads)
+        self.training_threads = training_threads
         self.sharded = self.world_size > 1
         if self.sharded:
             self.init_process_group()  # gloo on the CPU, nccl on a GPU; rendezvous at rank 0's node
@@ -181,7 +199,7 @@ class ActorWorker(WeightSenderWorker):
         self.generator.manual_seed(int(seed))
         # eval mode on purpose: no dropout, so the recomputed log-probs match the rollout's (ratio 1 at first)
         self.policy.eval()
-        with self._on_device(), self._reference_on_device():
+        with self._on_device(), self._reference_on_device(), torch_threads(self.training_threads):
             metrics, steps = ppo_update(
                 self.policy,
                 self.optimizer,

@@ -38,6 +38,7 @@ import torch
 #: time spent inside the wrapped calls during the current iteration, by name
 _SPENT: dict[str, float] = defaultdict(float)
 #: per iteration: the wrapped calls' time, the bare loop's time and samples
+_UPDATE_THREADS = [0]  # intra-op threads inside the update (and its bare loop)
 _ITERATIONS: list[dict[str, float]] = []
 
 
@@ -87,6 +88,7 @@ def _profiled_ppo_update(original: Any) -> Any:
         # the bare loop runs once before and once after, on copies (same weights and Adam state): a load that
         # changes during the update weighs on both sides alike
         twins = [copy.deepcopy((policy, optimizer)) for _ in range(2)]
+        _UPDATE_THREADS[0] = torch.get_num_threads()  # actor.torch_num_threads, the bare loop's as well
         before_s, bare_samples = bare_update(*twins[0], batch, s)
         policy.evaluate = _timed("update_forward", policy.evaluate)  # this instance only, for this call
         t0 = time.perf_counter()
@@ -234,7 +236,8 @@ def main() -> None:
     )
     load_end = os.getloadavg()[0]
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} torch thread(s), {os.cpu_count()} CPUs, "
+        f"torch {torch.__version__}, {torch.get_num_threads()} torch thread(s) ({_UPDATE_THREADS[0]} in the update), "
+        f"{os.cpu_count()} CPUs, "
         f"1-min load average {load_start:.1f} at the start, {load_end:.1f} at the end"
     )
 

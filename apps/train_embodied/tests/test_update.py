@@ -389,3 +389,49 @@ def test_config_offers_every_kl_estimator_of_vla_algos() -> None:
     from vla_algos import KL_KINDS
 
     assert KL_PENALTIES == KL_KINDS
+
+
+def test_the_update_runs_on_the_training_threads_and_gives_the_rest_back() -> None:
+    """`actor.torch_num_threads`: the actor's forward passes inside an update see that many intra-op threads; the
+    process (on the local backend: the rollout's) gets its own count back afterwards, also after a failed update."""
+    from train_embodied.workers import ActorWorker
+
+    _, batch = _policy_and_batch()
+    before = torch.get_num_threads()
+    actor = ActorWorker(
+        ModelSection(image_size=32, extra={"patch_size": 16, "hidden_size": 64}),
+        {"action_dim": 4},
+        OptimSection(lr=1e-3),
+        AlgorithmSection(update_epoch=1),
+        micro_batch_size=8,
+        global_batch_size=16,
+        seed=0,
+        num_threads=1,
+        training_threads=2,
+    )
+    seen: list[int] = []
+    for module in actor.policy.modules():  # `evaluate` calls the submodules, not the policy's own forward
+        module.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    try:
+        assert torch.get_num_threads() == 1
+        actor.update(batch, seed=1)
+        assert seen and set(seen) == {2} and torch.get_num_threads() == 1
+        seen.clear()
+        with pytest.raises(KeyError):
+            actor.update(dataclasses.replace(batch, forward_inputs={}), seed=2)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_actor_torch_num_threads_defaults_to_the_runners_and_is_checked() -> None:
+    from train_embodied.config import ConfigError, load_train_config
+
+    def load(*overrides: str):
+        return load_train_config("metaworld_ppo_tiny_cpu", list(overrides), check_paths=False)
+
+    tc = load()
+    assert (tc.actor.torch_num_threads, tc.runner.torch_num_threads, tc.training_threads) == (2, 1, 2)
+    assert load("actor.torch_num_threads=0", "runner.torch_num_threads=3").training_threads == 3
+    with pytest.raises(ConfigError, match=r"actor.torch_num_threads=-1"):
+        load("actor.torch_num_threads=-1")

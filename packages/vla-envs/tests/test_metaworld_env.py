@@ -272,7 +272,9 @@ def test_coarser_drawn_meshes_keep_the_physics_and_nearly_the_images() -> None:
         models = [env.workers[0].runner.sims[0]._task_env(TASK).env.model for env in (full, coarse)]
         drawn = [int(m.mesh_facenum.sum()) for m in models]
         assert drawn[1] < 0.5 * drawn[0]
-        np.testing.assert_array_equal(models[0].mesh_vert, models[1].mesh_vert)  # hulls and inertia as compiled
+        np.testing.assert_array_equal(
+            models[0].mesh_vert, models[1].mesh_vert
+        )  # hulls and inertia as compiled
         obs_f, obs_c = full.reset(seed=3), coarse.reset(seed=3)
         diffs, ended = [], np.zeros(2, dtype=bool)
         for _ in range(50):

@@ -271,3 +271,23 @@ def test_wrong_tensor_shape_is_one_line_naming_it(tmp_path) -> None:
         ValueError, match=r"tensor projector.fc3.weight has shape \[3, 3\], the config needs \[128, 128\]"
     ):
         load_policy(tmp_path)
+
+
+def test_a_policy_without_lora_never_imports_peft(tmp_path) -> None:
+    """peft's import costs seconds at every start: a full-weight policy is built, saved and loaded without it;
+    a LoRA policy imports it and is seen as one."""
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+from vla_models import OpenVLAOFTConfig, build_policy, load_policy
+from vla_models.lora import has_lora
+policy = build_policy(OpenVLAOFTConfig.tiny(action_dim=4, norm_stats={STATS!r}))
+policy.save_pretrained({str(tmp_path)!r})
+again = load_policy({str(tmp_path)!r})
+assert not has_lora(again) and "peft" not in sys.modules, sorted(m for m in sys.modules if "peft" in m)
+lora = build_policy(OpenVLAOFTConfig.tiny(action_dim=4, norm_stats={STATS!r}, is_lora=True, lora_rank=4))
+assert "peft" in sys.modules and has_lora(lora)
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

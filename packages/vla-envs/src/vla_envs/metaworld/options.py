@@ -80,7 +80,11 @@ def resolve_options(cfg: EnvConfig) -> MetaWorldOptions:
         _fail("extra['hide_far_meshes']", hide, "true or false")
     grid = cfg.extra.get("render_mesh_grid", 0.0)
     if isinstance(grid, bool) or not isinstance(grid, (int, float)) or not 0 <= grid <= 0.05:
-        _fail("extra['render_mesh_grid']", grid, "a cell size in metres, 0 <= x <= 0.05 (0: the meshes as loaded)")
+        _fail(
+            "extra['render_mesh_grid']",
+            grid,
+            "a cell size in metres, 0 <= x <= 0.05 (0: the meshes as loaded)",
+        )
     cache = cfg.extra.get("task_cache_size", 4)
     if isinstance(cache, bool) or not isinstance(cache, int) or cache < 1:
         _fail("extra['task_cache_size']", cache, "an int >= 1")

@@ -297,5 +297,9 @@ def test_coarser_drawn_meshes_keep_the_physics_and_nearly_the_images() -> None:
     quad = np.array([[0, 1, 2], [0, 2, 3]])
     np.testing.assert_array_equal(cluster_faces(verts, quad, 0.5), quad)
     assert cluster_faces(verts, quad, 10.0).shape == (0, 3)
+    # a vertex no face uses (index 4, at its cell's mean) never represents the cell: it has no normal
+    verts = np.array([[0, 0, 0], [0.2, 0, 0], [1, 0, 0], [0, 1, 0], [0.1, 0, 0]], dtype=np.float64)
+    merged = cluster_faces(verts, np.array([[0, 2, 3], [1, 2, 3]]), 0.5)
+    assert len(merged) == 1 and merged[0, 0] in (0, 1) and list(merged[0, 1:]) == [2, 3]
     with pytest.raises(ValueError, match=r"extra\['render_mesh_grid'\]=0.5 is invalid .*0 <= x <= 0.05"):
         _env(extra={"render_mesh_grid": 0.5})

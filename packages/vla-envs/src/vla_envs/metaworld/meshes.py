@@ -19,7 +19,7 @@ import numpy as np
 def cluster_faces(verts: np.ndarray, faces: np.ndarray, grid: float) -> np.ndarray:
     """Faces int [K, 3] of a mesh redrawn with its vertices merged on a `grid`-metre grid.
 
-    Each occupied cell is represented by its vertex nearest to the cell's vertex mean; a face keeps its
+    Each occupied cell is represented by its face-used vertex nearest to the cell's vertex mean; a face keeps its
     orientation; faces whose corners merge into fewer than three cells and repeats of a face are dropped.
 
     Args:
@@ -33,6 +33,9 @@ def cluster_faces(verts: np.ndarray, faces: np.ndarray, grid: float) -> np.ndarr
     sums = np.zeros((counts.size, 3))
     np.add.at(sums, cell, verts)
     dist = np.linalg.norm(verts - (sums / counts[:, None])[cell], axis=1)
+    used = np.zeros(len(keys), dtype=bool)
+    used[np.asarray(faces).reshape(-1)] = True
+    dist[~used] = np.inf  # a vertex no face uses has no normal to draw with: never a cell's representative
     order = np.lexsort((dist, cell))  # by cell, nearest to the cell's mean first
     first = np.ones(order.size, dtype=bool)
     first[1:] = cell[order][1:] != cell[order][:-1]

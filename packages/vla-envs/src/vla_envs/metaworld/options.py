@@ -31,8 +31,9 @@ class MetaWorldOptions:
         hide_far_meshes: Hide the robot base/pedestal/head meshes (`extra['hide_far_meshes']`; about 2x faster
             renders on llvmpipe; the arm and the scene are unchanged).
         render_mesh_grid: `extra['render_mesh_grid']`, metres (0: off): draw the meshes with their vertices merged
-            on a grid of this size (`vla_envs.metaworld.meshes`; 0.005 makes a 64 px drawer-close step about 40%
-            faster on llvmpipe with the images nearly unchanged; the physics is untouched).
+            on a grid of this size (`vla_envs.metaworld.meshes`; 0.005 makes a 64 px drawer-close step about 25%
+            faster on llvmpipe, `benchmarks/render_mesh_grid.py`, with the images 0.12 grey levels apart on
+            average; the physics is untouched).
         task_cache_size: Simulators of distinct tasks kept alive per batch row (`extra['task_cache_size']`).
         states: `extra['states']`, one of `STATE_MODES`: "full" (MetaWorld's 39-D observation) or "hand_goal"
             (7-D: hand xyz, gripper opening, goal xyz; the goal is what tells a reach or push target apart, and it

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from train_embodied.config.build import TrainConfig
-from train_embodied.policy_io import build_policy_for_run, select_proprio
+from train_embodied.policy_io import build_policy_for_run, model_config, select_proprio
 
 
 def sft_output_dir(tc: TrainConfig) -> Path:
@@ -92,6 +92,25 @@ def task_balanced_indices(step_task: np.ndarray, batch_size: int, generator: tor
     return order[starts[pick] + torch.minimum(within, counts_t[pick] - 1)]
 
 
+def demo_norm_stats(tc: TrainConfig, actions: np.ndarray, states: np.ndarray) -> dict | None:
+    """OpenVLA's dataset statistics of the demos when their actions leave [-1, 1] (joint positions in radians, for
+    example), else None. A policy built from scratch bins actions over [-1, 1]; with these statistics it bins them
+    over each dimension's [q01, q99] of the demos (and normalises its proprio input the same way), as OpenVLA-OFT's
+    fine-tuning does with its dataset's statistics. Stored with the policy (`dataset_statistics.json`)."""
+    from vla_models import dataset_statistics
+
+    if np.abs(actions).max() <= 1.0:
+        return None
+    model = tc.actor.model
+    if model.model_type not in ("openvla", "openvla_oft"):
+        raise ValueError(
+            f"vla-sft: the demos' actions leave [-1, 1] (max |a| = {np.abs(actions).max():.3g}); statistics that "
+            f"map them onto the policy's bins exist for model_type openvla and openvla_oft, not {model.model_type!r}"
+        )
+    key = tc.env_train.task or tc.runner.logger.experiment_name
+    return dataset_statistics(actions, proprio=states if model.use_proprio else None, key=key)
+
+
 def run_sft(tc: TrainConfig) -> Path:
     """Generate demos, train the policy by behaviour cloning and save it; returns the policy folder."""
     from vla_envs import load_demos
@@ -100,11 +119,14 @@ def run_sft(tc: TrainConfig) -> Path:
     out = sft_output_dir(tc)
     out.mkdir(parents=True, exist_ok=True)
     demo_dir = make_demos(tc, out)
-    data = load_demos(demo_dir)
+    data = load_demos(demo_dir, only_success=True)  # a failed expert episode is no example to imitate
     meta = data["meta"]
     print(
-        f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f}"
+        f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f}; "
+        f"training on the {len(data['actions'])} steps of the successful ones"
     )
+    if not len(data["actions"]):
+        raise RuntimeError(f"vla-sft: no demo in {demo_dir} succeeded; nothing to imitate")
     task_names = sorted({ep["task"] for ep in meta["episodes"]})
     task_of_episode = np.asarray([task_names.index(ep["task"]) for ep in meta["episodes"]])
     step_task = task_of_episode[data["episode_index"]]
@@ -119,7 +141,14 @@ def run_sft(tc: TrainConfig) -> Path:
     if tc.training_threads > 0:
         torch.set_num_threads(tc.training_threads)  # nothing else runs now: the demos are written
     torch.manual_seed(tc.runner.seed)
-    policy = build_policy_for_run(dataclasses.replace(tc.actor.model, model_path=None), None)  # from scratch
+    section = dataclasses.replace(tc.actor.model, model_path=None)  # from scratch
+    stats = demo_norm_stats(tc, data["actions"], data["states"])
+    if stats is None:
+        policy = build_policy_for_run(section, None)
+    else:
+        from vla_models import build_policy
+
+        policy = build_policy(dataclasses.replace(model_config(section), norm_stats=stats))
     policy.eval()  # no dropout: the warm start is then exactly what RL starts from
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=tc.sft.lr)
     g = torch.Generator().manual_seed(tc.runner.seed)

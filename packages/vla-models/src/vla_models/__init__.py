@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from vla_models.factory import build_policy, config_from_dict, load_policy
     from vla_models.family_openvla import prismatic_family
     from vla_models.forward_inputs import PROMPT_KEYS, concat_forward_inputs, pad_prompts
-    from vla_models.normalization import BoundsNormalizer, stats_from_bounds
+    from vla_models.normalization import BoundsNormalizer, dataset_statistics, stats_from_bounds
     from vla_models.observations import check_observation
     from vla_models.openpi import OpenPiConfig, OpenPiPolicy
     from vla_models.openvla import OpenVLAConfig, OpenVLAPolicy
@@ -64,6 +64,7 @@ __all__ = [
     "concat_forward_inputs",
     "config_from_dict",
     "cpu_float32_products",
+    "dataset_statistics",
     "families",
     "family_names",
     "fsdp_wrap_classes",
@@ -85,6 +86,7 @@ __getattr__, __dir__ = lazy_exports(
         "ActionTokenizer": "vla_models.action_tokenizer",
         "BoundsNormalizer": "vla_models.normalization",
         "stats_from_bounds": "vla_models.normalization",
+        "dataset_statistics": "vla_models.normalization",
         "check_checkpoint": "vla_models.checkpoint",
         "check_observation": "vla_models.observations",
         "cpu_float32_products": "vla_models.cpu_products",

@@ -120,3 +120,35 @@ def stats_from_bounds(low: Any, high: Any, *, key: str = "env") -> dict[str, Any
     high_t = torch.as_tensor(high, dtype=torch.float32).flatten().tolist()
     mask = [True] * len(low_t)
     return {key: {"action": {"q01": low_t, "q99": high_t, "min": low_t, "max": high_t, "mask": mask}}}
+
+
+def dataset_statistics(
+    actions: Any, *, proprio: Any | None = None, key: str = "demos", min_range: float = 1e-2
+) -> dict[str, Any]:
+    """OpenVLA's ``dataset_statistics.json`` of a dataset (``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99``,
+    ``mask`` per field; every dimension masked), as OpenVLA-OFT computes it for fine-tuning data.
+
+    A dimension whose ``[q01, q99]`` is narrower than ``min_range`` (a joint the data never moves) gets that range,
+    centred on it, so that normalising a value off it stays finite.
+
+    Args:
+        actions: ``[N, A]`` (or ``[..., A]``) actions.
+        proprio: ``[N, D]`` proprio states, or None.
+    """
+    out: dict[str, Any] = {}
+    for field, values in (("action", actions), ("proprio", proprio)):
+        if values is None:
+            continue
+        x = torch.as_tensor(values, dtype=torch.float64).reshape(-1, torch.as_tensor(values).shape[-1])
+        q01, q99 = torch.quantile(x, 0.01, dim=0), torch.quantile(x, 0.99, dim=0)
+        centre, half = (q01 + q99) / 2, torch.clamp((q99 - q01) / 2, min=min_range / 2)
+        out[field] = {
+            "mean": x.mean(0).tolist(),
+            "std": x.std(0, unbiased=False).tolist(),
+            "min": x.min(0).values.tolist(),
+            "max": x.max(0).values.tolist(),
+            "q01": (centre - half).tolist(),
+            "q99": (centre + half).tolist(),
+            "mask": [True] * x.shape[1],
+        }
+    return {key: out}

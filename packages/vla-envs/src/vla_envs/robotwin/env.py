@@ -10,10 +10,10 @@ with the whole chunk: RoboTwin time-parameterises the C actions as one trajector
 physics step and renders once; rewards, `terminated` and `truncated` of the chunk are reported at its last
 position (the other positions are 0/False) and the episode length grows by C. "position" calls `step` once per
 chunk position (horizon 1): per-position flags, but the arm stops at every action (about 2.8x the simulated
-time per chunk) and every position renders. Every env steps on every call (the vector env cannot skip one):
-a row whose episode ended keeps receiving actions, but their outputs are dropped and the row is reset at the
-end of the call, which gives exactly the package's same-step autoreset semantics. With `auto_reset=False` an
-ended row is held (outputs dropped, obs = its final obs) until `reset()`.
+time per chunk) and every position renders. Only the rows whose episode is running are simulated (RoboTwin's sub-envs are independent):
+a row whose episode ended in the chunk is not stepped again and is reset at the end of the call, which gives
+exactly the package's same-step autoreset semantics. With `auto_reset=False` an ended row is held (not
+simulated, obs = its final obs) until `reset()`.
 
 Reset states: the env has one task; `reset_state_id` t in [0, num_trials_per_task) is RoboTwin seed
 `seeds[t]` of the reference's verified seed list (`extra['seeds_path']`) or else `seed_base + t` (RoboTwin
@@ -47,6 +47,24 @@ ACTION_HIGH = np.array(_ARM_HIGH * 2, dtype=np.float32)
 
 def _flags(values: Any, n: int) -> np.ndarray:
     return np.asarray(values, dtype=bool).reshape(n)
+
+
+def _scatter_rows(part: Obs, rows: np.ndarray, like: Obs) -> Obs:
+    """`like` with its `rows` replaced by the rows of `part` (an observation of len(rows) rows, in that order)."""
+    out: Obs = {}
+    for key, value in like.items():
+        if value is None:
+            out[key] = None
+        elif isinstance(value, np.ndarray):
+            full = value.copy()
+            full[rows] = part[key]
+            out[key] = full
+        else:
+            full_list = list(value)
+            for k, r in enumerate(rows.tolist()):
+                full_list[r] = part[key][k]
+            out[key] = full_list
+    return out
 
 
 class RoboTwinEnv(BatchedEnv):
@@ -178,8 +196,8 @@ class RoboTwinEnv(BatchedEnv):
         venv = self.venv
         if venv is None or self._needs_reset:
             raise RuntimeError(
-                "RoboTwinEnv.chunk_step after offload(): the episodes in flight ended with RoboTwin's process; "
-                "call reset() first"
+                "RoboTwinEnv.chunk_step after offload() or expert_paths(): the episodes in flight ended; call "
+                "reset() first"
             )
         acts = check_actions(
             actions, num_envs=self.num_envs, action_dim=self.action_dim, low=self.action_low,
@@ -200,14 +218,15 @@ class RoboTwinEnv(BatchedEnv):
             live = ~episodes.held & ~ended
             if not live.any():
                 break  # every row ended in this chunk: the remaining actions are ignored
-            raw, _, term, trunc, infos = venv.step(acts[:, first:end])
-            term, trunc = _flags(term, b), _flags(trunc, b)
-            succ = np.array(
-                [
-                    bool(i.get("success", tm)) if isinstance(i, dict) else bool(tm)
-                    for i, tm in zip(infos, term)
-                ]
-            )
+            rows = np.flatnonzero(live)
+            # only the live rows are simulated: an ended or held row's outputs would be dropped
+            raw_live, _, term_live, trunc_live, infos = venv.step(acts[rows, first:end], rows=rows.tolist())
+            term, trunc, succ = (np.zeros(b, dtype=bool) for _ in range(3))
+            term[rows], trunc[rows] = _flags(term_live, len(rows)), _flags(trunc_live, len(rows))
+            succ[rows] = [
+                bool(i.get("success", tm)) if isinstance(i, dict) else bool(tm)
+                for i, tm in zip(infos, term[rows])
+            ]
             self._steps[live] += n
             steps_taken[live] += n
             reward = self.opts.reward_coef * succ.astype(np.float32)
@@ -223,7 +242,7 @@ class RoboTwinEnv(BatchedEnv):
             newly = live & (term_now | trunc_now)
             need_obs = newly.any() or end == c or self.video is not None
             if need_obs:
-                step_obs = merge_obs_rows(convert_obs(raw, self.opts), obs, ~live)
+                step_obs = _scatter_rows(convert_obs(raw_live, self.opts), rows, obs)
                 final_obs = merge_obs_rows(final_obs, step_obs, newly)
                 obs = step_obs
                 if self.video is not None:
@@ -244,6 +263,16 @@ class RoboTwinEnv(BatchedEnv):
             obs=obs, rewards=rewards, terminated=terminated, truncated=truncated, final_obs=final_obs,
             final_mask=ended, episode_metrics=metrics, infos={"success": success, "worker_restarts": 0},
         )  # fmt: skip
+
+    def expert_paths(self, rows: Sequence[int]) -> list[dict[str, Any]]:
+        """RoboTwin's own expert (the task's `play_once`) on the current scenes of `rows`: per row the commanded
+        14-D state after every physics step (`path` [T + 1, 14]), `success`, `plan_success`, `error`
+        (`RoboTwinProcess.expert`). The expert uses the scenes up: `reset()` before the next `chunk_step`."""
+        if self.venv is None or self._needs_reset:
+            raise RuntimeError("RoboTwinEnv.expert_paths needs scenes set up by reset()")
+        out = self.venv.expert([int(r) for r in rows])
+        self._needs_reset = True
+        return out
 
     def set_video_tag(self, tag: str) -> None:
         """Name prefix of the video files written from now on (`{tag}_env{row}_ep{n}.mp4`); episodes in progress

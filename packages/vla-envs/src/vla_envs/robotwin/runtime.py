@@ -91,8 +91,8 @@ def check_python(opts: RoboTwinOptions, checkout: Path | None) -> str:
 
 
 class RoboTwinProcess:
-    """RoboTwin's VectorEnv in a child process: `reset(env_idx, env_seeds) -> raw obs`, `step(actions)`,
-    `get_obs()`, `attr(name)`, `run(file, function)`, `close()`. Errors of the child arrive as RoboTwinUnavailableError / ValueError /
+    """RoboTwin's VectorEnv in a child process: `reset(env_idx, env_seeds) -> raw obs`, `step(actions[, rows])`,
+    `get_obs()`, `expert(rows)`, `attr(name)`, `run(file, function)`, `close()`. Errors of the child arrive as RoboTwinUnavailableError / ValueError /
     RuntimeError with its message; a call past its timeout kills the child."""
 
     def __init__(self, opts: RoboTwinOptions, n_envs: int, env_seeds: list[int]) -> None:
@@ -136,8 +136,18 @@ class RoboTwinProcess:
     def get_obs(self) -> list[dict[str, Any]]:
         return self._call("get_obs")
 
-    def step(self, actions: Any) -> tuple:
-        return self._call("step", actions)
+    def step(self, actions: Any, rows: list[int] | None = None) -> tuple:
+        """RoboTwin's step for every env, or for `rows` only (`actions` [len(rows), horizon, 14]; the lists it
+        returns then hold those rows, in that order)."""
+        if rows is None:
+            return self._call("step", actions)
+        return self._call("step_rows", actions, [int(r) for r in rows])
+
+    def expert(self, rows: list[int]) -> list[dict[str, Any]]:
+        """RoboTwin's own expert (`play_once`) on the rows' current scenes: per row the commanded 14-D state after
+        every physics step (`path` [T + 1, 14]), `success`, `plan_success`, `error`. The scenes are used up: reset
+        the rows before stepping them."""
+        return self._call("expert", [int(r) for r in rows])
 
     @property
     def pid(self) -> int:

@@ -9,6 +9,12 @@ RoboTwin is installed, which is usually a separate virtual environment (RoboTwin
   ("reset", env_idx, env_seeds)      reset rows, describe their actual scene in the instruction -> get_obs()
   ("get_obs",)                       VectorEnv.get_obs()
   ("step", actions [n, horizon, 14]) VectorEnv.step -> (obs, rewards, terminated, truncated, infos)
+  ("step_rows", actions [k, horizon, 14], rows)  the same for the k listed rows only (the others are not
+                                     simulated; RoboTwin's sub-envs are independent) -> lists of length k
+  ("expert", rows)                   run RoboTwin's own expert (the task's `play_once`) on the listed rows' current
+                                     scenes, recording the commanded joint targets (the 14-D state) after every
+                                     physics step -> [{"path" [T+1, 14], "success", "plan_success", "error"}];
+                                     the rows' scenes are then used up (reset them before stepping)
   ("attr", dotted_name)              a picklable attribute of the VectorEnv (diagnostics and tests)
   ("run", file, function, kwargs)    function(vector_env, **kwargs) of a python file, run here (diagnostics and
                                      tests that arrange a scene, e.g. place blocks so that the task succeeds)
@@ -33,6 +39,7 @@ from typing import Any
 # is kept.
 PLANNING_INFO_TASKS = ("blocks_ranking_size", "place_bread_basket", "stack_blocks_three")
 ARM_JOINTS = 6  # RoboTwin's 14-D layout: 6 joints + 1 gripper per arm
+STEP_TIMEOUT_S = 120  # as RoboTwin's VectorEnv.step waits for each sub-env
 
 
 class RequestError(Exception):
@@ -147,6 +154,69 @@ def _use_camera_shader(shader: str) -> None:
     sapien.render.set_camera_shader_dir = lambda _name: original(shader)
 
 
+def commanded_state(task: Any) -> list[float]:
+    """RoboTwin's 14-D state of a task: each arm's joint drive targets and its commanded gripper opening."""
+    robot = task.robot
+    return [*robot.get_left_arm_jointState(), *robot.get_right_arm_jointState()]
+
+
+def plan_distinct_targets(plan_batch: Any) -> Any:
+    """A planner's `plan_batch(qpos, targets, ...)` that plans each distinct target pose once and gives repeated
+    targets the same result. RoboTwin's grasp search plans 10 candidate poses turned about the grasp axis by the
+    embodiment's `rotate_lim`; with rotate_lim [0, 0] the 10 are one pose, planned 10 times (about 2 s each)."""
+    import numpy as np
+
+    def planned(curr_joint_pos: Any, target_gripper_pose_list: list, *args: Any, **kwargs: Any) -> Any:
+        keys = [tuple(np.round([*pose.p, *pose.q], 9)) for pose in target_gripper_pose_list]
+        first = {key: i for i, key in reversed(list(enumerate(keys)))}
+        distinct = sorted(first.values())
+        if len(distinct) == len(keys):
+            return plan_batch(curr_joint_pos, target_gripper_pose_list, *args, **kwargs)
+        result = plan_batch(curr_joint_pos, [target_gripper_pose_list[i] for i in distinct], *args, **kwargs)
+        index = [distinct.index(first[key]) for key in keys]
+        per_target = ("status", "position", "velocity")
+        return {k: [v[j] for j in index] if k in per_target else v for k, v in result.items()}
+
+    return planned
+
+
+def run_expert(task: Any) -> dict[str, Any]:
+    """RoboTwin's expert (`play_once`) on the task's current scene, with the commanded 14-D state recorded after
+    every physics step (`path`, float32 [T + 1, 14], the start included) and repeated candidate poses planned once
+    (`plan_distinct_targets`). `success`: RoboTwin's plan succeeded and its `check_success` holds at the end; an
+    exception ends the run (`error`) with the path so far."""
+    import numpy as np
+
+    scene, robot = task.scene, task.robot
+    path = [commanded_state(task)]
+
+    def recording_step() -> None:
+        type(scene).step(scene)
+        path.append(commanded_state(task))
+
+    scene.step = recording_step
+    arms = (getattr(robot, "left_planner", None), getattr(robot, "right_planner", None))
+    planners = list({id(p): p for p in arms if p is not None}.values())
+    for planner in planners:
+        planner.plan_batch = plan_distinct_targets(planner.plan_batch)
+    error = None
+    try:
+        task.play_once()
+        success = bool(task.plan_success and task.check_success())
+    except Exception as exc:
+        error, success = f"{type(exc).__name__}: {exc}", False
+    finally:
+        del scene.step  # back to the class's step
+        for planner in planners:
+            del planner.plan_batch
+    return {
+        "path": np.asarray(path, dtype=np.float32),
+        "success": success,
+        "plan_success": bool(getattr(task, "plan_success", False)),
+        "error": error,
+    }
+
+
 class Host:
     def __init__(self) -> None:
         self.venv: Any = None
@@ -192,6 +262,22 @@ class Host:
 
     def step(self, actions: Any) -> tuple:
         return tuple(self.venv.step(actions))
+
+    def step_rows(self, actions: Any, rows: list[int]) -> tuple:
+        """`VectorEnv.step` for `rows` only: each of their sub-envs steps as VectorEnv.step steps it (on its thread
+        pool when it has one)."""
+        pool = getattr(self.venv, "env_thread_pool", None)
+        calls = [(self.venv.envs[r].step, actions[k]) for k, r in enumerate(rows)]
+        if pool is None:
+            results = [step(a) for step, a in calls]
+        else:
+            results = [f.result(timeout=STEP_TIMEOUT_S) for f in [pool.submit(step, a) for step, a in calls]]
+        return tuple(
+            [res[key] for res in results] for key in ("obs", "reward", "terminated", "truncated", "info")
+        )
+
+    def expert(self, rows: list[int]) -> list[dict[str, Any]]:
+        return [run_expert(self.venv.envs[r].task) for r in rows]
 
     def attr(self, dotted: str) -> Any:
         value = self.venv

@@ -3,6 +3,7 @@
 #
 #   bash scripts/quickstart.sh                       # PPO on drawer-close-v3 (config metaworld_ppo_tiny_cpu)
 #   CONFIG=metaworld_grpo_tiny_cpu bash scripts/quickstart.sh      # the same with GRPO
+#   CONFIG=robotwin_ppo_tiny_cpu bash scripts/quickstart.sh        # RoboTwin press_stapler (also builds its env)
 #   bash scripts/quickstart.sh runner.max_epochs=10  # extra Hydra overrides go to vla-train
 #
 # Steps: install (scripts/setup.sh; QUICKSTART_SKIP_SETUP=1 skips it), scripted-expert demos + supervised warm
@@ -16,6 +17,10 @@ VENV="${VENV:-.venv}"
 
 if [[ "${QUICKSTART_SKIP_SETUP:-0}" != "1" ]]; then
     VENV="$VENV" bash scripts/setup.sh
+    if [[ "$CONFIG" == robotwin_* ]]; then  # RoboTwin runs in its own environment (reused when up to date)
+        ROBOTWIN_VENV="$(bash scripts/setup_robotwin.sh | tee /dev/stderr | tail -n 1 | cut -d= -f2-)"
+        export ROBOTWIN_VENV
+    fi
 fi
 case "$VENV" in
     /*) export PATH="$VENV/bin:$PATH" ;;

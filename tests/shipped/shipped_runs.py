@@ -7,9 +7,9 @@ become CPU slots (the same component layout on processes of one CPU node; the lo
 with a GPU backend use their CPU one. Algorithm, LoRA, value head, chunking, action dims, offload, pipeline
 stages, video and logging settings stay as shipped (GRPO's reward filter is switched off: a random policy's
 all-fail groups would all be dropped before the update). MetaWorld, ManiSkill3 and LIBERO run their real CPU
-simulators. RoboTwin runs its real code from the environment of `scripts/setup_robotwin.sh`, on the task that
-environment can build without RoboTwin's downloaded assets (`stack_blocks_two` with the stand-in robot), as the
-tiny model stands in for the checkpoint: chunking, 14-D actions, proprio and the algorithm stay as shipped. This catches what validation cannot: shape mismatches between a family and an env, batch joins
+simulators. RoboTwin runs its real code from the environment of `scripts/setup_robotwin.sh`, on a task that
+environment can build without RoboTwin's downloaded assets (the config's own, else `stack_blocks_two`, with the
+stand-in robot), as the tiny model stands in for the checkpoint: chunking, 14-D actions, proprio and the algorithm stay as shipped. This catches what validation cannot: shape mismatches between a family and an env, batch joins
 across env ranks and pipeline stages, settings that break at run time.
 """
 
@@ -76,22 +76,28 @@ def shipped(family: str) -> list[Any]:
 ROBOTWIN_VENV = Path(
     os.environ.get("ROBOTWIN_VENV") or Path(__file__).resolve().parents[2] / ".venv-robotwin"
 )
-# The RoboTwin task the stand-in robot of scripts/setup_robotwin.sh builds without RoboTwin's downloaded assets.
-ROBOTWIN_CPU_TASK = "stack_blocks_two"
+# The RoboTwin tasks the stand-in asset roots of scripts/setup_robotwin.sh build without RoboTwin's downloaded
+# assets; a config on another task runs on the first.
+ROBOTWIN_CPU_TASKS = ("stack_blocks_two", "blocks_ranking_rgb", "handover_block", "press_stapler")
+ROBOTWIN_ASSET_ROOTS = ("robotwin-assets", "robotwin-assets-lowpoly")
 
 
-def _robotwin_overrides(section: str) -> list[str]:
-    """Run env.<section> on RoboTwin's real code in its own environment, on the CPU stand-in task."""
+def _robotwin_overrides(section: str, env: Any) -> list[str]:
+    """Run env.<section> on RoboTwin's real code in its own environment, on a task and asset root the stand-in
+    builds (the section's own when it can)."""
     if not (ROBOTWIN_VENV / ".robotwin-ready").is_file():
         pytest.skip(
             f"no RoboTwin environment at {ROBOTWIN_VENV}: build it with `bash scripts/setup_robotwin.sh`"
         )
     key = f"env.{section}"
+    task = env.task if env.task in ROBOTWIN_CPU_TASKS else ROBOTWIN_CPU_TASKS[0]
+    root = Path(str(env.extra.get("assets_path") or "")).name
+    root = root if root in ROBOTWIN_ASSET_ROOTS else ROBOTWIN_ASSET_ROOTS[0]
     return [
-        f"{key}.task={ROBOTWIN_CPU_TASK}",
-        f"++{key}.extra.task_config.task_name={ROBOTWIN_CPU_TASK}",
+        f"{key}.task={task}",
+        f"++{key}.extra.task_config.task_name={task}",
         f"++{key}.extra.robotwin_python={ROBOTWIN_VENV / 'bin/python'}",
-        f"++{key}.extra.assets_path={ROBOTWIN_VENV / 'robotwin-assets'}",
+        f"++{key}.extra.assets_path={ROBOTWIN_VENV / root}",
         f"++{key}.extra.camera_shader=default",  # ray tracing takes minutes per frame on a CPU renderer
         f"++{key}.extra.seeds_path=null",
         f"++{key}.extra.task_config.embodiment=[piper, piper, 0.6]",  # the stand-in robot's slot
@@ -190,7 +196,7 @@ def shrunk_overrides(name: str) -> list[str]:
         out.append("algorithm.filter_rewards=false")
     for section, env in (("train", train), ("eval", tc.env_eval)):
         if env.env_type == "robotwin":
-            out += _robotwin_overrides(section)
+            out += _robotwin_overrides(section, env)
         if env.env_type == "maniskill" and str(env.task or "").startswith("PutOnPlateInScene25"):
             out += _maniskill_overrides(section)
     if "metaworld" in train.env_type and train.num_trials_per_task > 1000:

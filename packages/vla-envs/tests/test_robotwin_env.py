@@ -254,7 +254,9 @@ def test_success_terminates_with_same_step_autoreset_and_ignores_the_rest_of_the
         res = env.chunk_step(actions)
         # one RoboTwin step per chunk reports at the chunk's last position; per position where it happens
         at = 5 if execution == "chunk" else 3
-        assert env.venv.attr("step_calls") == ([(2, 6, 14)] if execution == "chunk" else [(2, 1, 14)] * 6)
+        # each row's sub-env: one step per chunk, or one per position while its episode runs (row 0 ends at 3)
+        calls = [env.venv.attr(f"envs.{row}.step_calls") for row in (0, 1)]
+        assert calls == ([[(6, 14)]] * 2 if execution == "chunk" else [[(1, 14)] * 4, [(1, 14)] * 6])
         assert res.terminated[0].tolist() == [t == at for t in range(6)]
         assert res.rewards[0].tolist() == [5.0 * (t == at) for t in range(6)] and res.infos["success"][0, at]
         assert not res.terminated[1].any() and not res.truncated.any()

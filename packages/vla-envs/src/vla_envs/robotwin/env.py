@@ -229,7 +229,12 @@ class RoboTwinEnv(BatchedEnv):
             ]
             self._steps[live] += n
             steps_taken[live] += n
-            reward = self.opts.reward_coef * succ.astype(np.float32)
+            if self.opts.dense_reward:  # RoboTwin's task reward level after the step (1 once succeeded)
+                level = np.zeros(b, dtype=np.float32)
+                level[rows] = [float(i["dense_reward"]) for i in infos]
+                reward = self.opts.reward_coef * level
+            else:
+                reward = self.opts.reward_coef * succ.astype(np.float32)
             if self.opts.use_rel_reward:
                 reward -= self.opts.reward_coef * self._prev_success.astype(np.float32)
             self._prev_success = np.where(live, succ, self._prev_success)

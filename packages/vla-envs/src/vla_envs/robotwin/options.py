@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vla_envs.config import EnvConfig, check_extra_keys
-from vla_envs.robotwin.tasks import check_task
+from vla_envs.robotwin.tasks import DENSE_REWARD_TASKS, check_task
 
 ACTION_DIM = 14
 STATE_DIM = 14
@@ -128,6 +128,8 @@ class RoboTwinOptions:
         seed_base: RoboTwin seed of trial t is `seed_base + t` (RoboTwin moves on to the next seed by itself
             when a seed gives an unstable scene).
         instruction_type: RoboTwin instruction set ("seen" or "unseen").
+        dense_reward: Pay RoboTwin's dense task reward (`reward_mode: dense`, DENSE_REWARD_TASKS): after each
+            RoboTwin step, `reward_coef` times the task's normalised reward level in [0, 1] (1 once it succeeded).
     """
 
     task: str
@@ -139,6 +141,7 @@ class RoboTwinOptions:
     wrist: str | None = None
     reward_coef: float = 1.0
     use_rel_reward: bool = False
+    dense_reward: bool = False
     seed_base: int = TRAIN_SEED_BASE
     seeds: tuple[int, ...] | None = None
     instruction_type: str = "seen"
@@ -226,12 +229,17 @@ def resolve_options(cfg: EnvConfig) -> RoboTwinOptions:
     if wrist is None and camera["collect_wrist_camera"]:
         wrist = "both"
     camera["collect_wrist_camera"] = wrist is not None
-    if cfg.reward_mode != "sparse":
+    if cfg.reward_mode == "dense" and task not in DENSE_REWARD_TASKS:
         _fail(
-            "reward_mode",
-            cfg.reward_mode,
-            "'sparse' (RoboTwin's dense rewards are not available for all tasks)",
-        )
+            "reward_mode", cfg.reward_mode,
+            f"'sparse' for {task!r}: RoboTwin defines a dense reward for {list(DENSE_REWARD_TASKS)} only",
+        )  # fmt: skip
+    if cfg.reward_mode == "dense" and extra.get("use_rel_reward"):
+        _fail(
+            "extra['use_rel_reward']", extra.get("use_rel_reward"),
+            "false with reward_mode 'dense' (RoboTwin's dense reward is a level; the relative reward is defined for "
+            "success)",
+        )  # fmt: skip
     for key in ("collect_head_camera",):
         if camera.get(key) is not True:
             _fail(
@@ -297,6 +305,7 @@ def resolve_options(cfg: EnvConfig) -> RoboTwinOptions:
         wrist=wrist,
         reward_coef=float(extra.get("reward_coef", 1.0)),
         use_rel_reward=bool(extra.get("use_rel_reward", False)),
+        dense_reward=cfg.reward_mode == "dense",
         seed_base=int(extra.get("seed_base", TRAIN_SEED_BASE)),
         seeds=seeds,
         instruction_type=str(extra.get("instruction_type", "seen")),

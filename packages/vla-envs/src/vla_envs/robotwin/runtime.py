@@ -122,6 +122,7 @@ class RoboTwinProcess:
             "n_envs": n_envs,
             "env_seeds": env_seeds,
             "instruction_type": opts.instruction_type,
+            "dense_reward": opts.dense_reward,
         }
         try:
             self._call("init", spec, timeout=opts.construct_timeout_s, what="building RoboTwin's VectorEnv")

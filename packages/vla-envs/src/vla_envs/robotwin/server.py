@@ -217,6 +217,34 @@ def run_expert(task: Any) -> dict[str, Any]:
     }
 
 
+def step_with_dense_reward(sub: Any, actions: Any) -> dict[str, Any]:
+    """One sub-env step (`SubEnv.step`) with RoboTwin's dense task reward after it, computed as RoboTwin's own dense
+    stepping (`gen_dense_reward_once`) does: the end-effector and joint traces of the step, one `update` of the
+    task's reward tree, its normalised level (1.0 once the task succeeded) in `info["dense_reward"]`."""
+    task = sub.task
+    robot = task.robot
+    traces = {
+        "episode_left_eef_poses": robot.get_left_ee_pose, "episode_right_eef_poses": robot.get_right_ee_pose,
+        "episode_left_joint_states": robot.get_left_arm_jointState,
+        "episode_right_joint_states": robot.get_right_arm_jointState,
+        "episode_left_gripper_state": robot.is_left_gripper_open,
+        "episode_right_gripper_state": robot.is_right_gripper_open,
+    }  # fmt: skip
+    for name, read in traces.items():
+        setattr(task, name, [read()])
+    out = sub.step(actions)
+    for name, read in traces.items():
+        getattr(task, name).append(read())
+    if getattr(task, "reward", None) is None:
+        raise RequestError(
+            "config", f"RoboTwin's task {sub.task_name!r} defines no dense reward (reward_mode dense)"
+        )
+    task.reward.update()
+    success = bool(out["info"].get("success", False))
+    out["info"] = {**out["info"], "dense_reward": 1.0 if success else float(task.reward.compute_reward())}
+    return out
+
+
 class Host:
     def __init__(self) -> None:
         self.venv: Any = None
@@ -265,9 +293,18 @@ class Host:
 
     def step_rows(self, actions: Any, rows: list[int]) -> tuple:
         """`VectorEnv.step` for `rows` only: each of their sub-envs steps as VectorEnv.step steps it (on its thread
-        pool when it has one)."""
+        pool when it has one); with the dense reward, each info also holds `dense_reward` (`step_with_dense_reward`)."""
         pool = getattr(self.venv, "env_thread_pool", None)
-        calls = [(self.venv.envs[r].step, actions[k]) for k, r in enumerate(rows)]
+        dense = self.spec.get("dense_reward", False)
+        calls = [
+            (
+                (lambda a, sub=self.venv.envs[r]: step_with_dense_reward(sub, a))
+                if dense
+                else self.venv.envs[r].step,
+                actions[k],
+            )
+            for k, r in enumerate(rows)
+        ]
         if pool is None:
             results = [step(a) for step, a in calls]
         else:

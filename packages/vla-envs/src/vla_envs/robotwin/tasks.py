@@ -6,6 +6,15 @@ does not support yet are listed separately so that asking for one gives a clear 
 
 from __future__ import annotations
 
+# The tasks whose RoboTwin code builds a dense reward (`self.reward`, a tree of RoboTwin's reward terms: reaching,
+# grasping, placing, stacking, ranking; rlinf-robotwin-runtime 0.1.3); `reward_mode: dense` pays it.
+DENSE_REWARD_TASKS: tuple[str, ...] = (
+    "adjust_bottle", "beat_block_hammer", "blocks_ranking_rgb", "blocks_ranking_size", "click_alarmclock",
+    "click_bell", "pick_diverse_bottles", "pick_dual_bottles", "place_a2b_left", "place_a2b_right",
+    "place_bread_skillet", "place_dual_shoes", "place_empty_cup", "place_shoe", "stack_blocks_three",
+    "stack_blocks_two", "stack_bowls_three", "stack_bowls_two",
+)  # fmt: skip
+
 TASK_DESCRIPTIONS: dict[str, str] = {
     # placement
     "adjust_bottle": "Pick up the bottle on the table headup with the correct arm.",

@@ -26,6 +26,7 @@ class _SubEnv:
         self.state = HOME.copy()
         self.run_steps = 0
         self.success = False
+        self.step_calls: list[tuple[int, ...]] = []  # the shape of every step's actions
 
     def reset(self, seed: int) -> None:
         self.seed = int(seed)
@@ -57,6 +58,7 @@ class _SubEnv:
     def step(self, actions: np.ndarray) -> dict:
         # As RoboTwin: no simulation once succeeded (success is sticky) or at step_lim; the joints reach the
         # commanded positions; success is checked along the way; flags are arrays of shape (1,).
+        self.step_calls.append(tuple(np.asarray(actions).shape))
         if not self.success and self.run_steps < self.step_lim:
             for action in np.asarray(actions).reshape(-1, 14):
                 self.state = action.astype(np.float64).copy()

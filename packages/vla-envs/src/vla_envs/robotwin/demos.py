@@ -30,20 +30,27 @@ from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, run_demo_jobs, stack_st
 from vla_envs.robotwin.expert import MAX_JOINT_STEP, waypoints_from_path
 
 
+# The EnvConfig fields that shape what a demo observes and does (the others size or schedule the run's envs).
+DEMO_FIELDS = (
+    "env_type", "task", "image_size", "camera", "wrist_camera", "max_episode_steps", "reward_mode",
+    "action_out_of_range", "action_tolerance", "extra",
+)  # fmt: skip
+
+
 def robotwin_demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> dict[str, Any]:
-    """The keywords of `generate_robotwin_demos` that record demos as env `cfg` observes and acts (its whole
-    config: task, RoboTwin options, image size, episode length)."""
+    """The keywords of `generate_robotwin_demos` that record demos as env `cfg` observes and acts: its task,
+    RoboTwin options (`extra`), image size, cameras and episode length (`DEMO_FIELDS`)."""
     from vla_envs.robotwin.options import resolve_options
 
     resolve_options(cfg)  # validates the task and options
-    env = dataclasses.asdict(cfg)
-    env.pop("video")
+    full = dataclasses.asdict(cfg)
+    env = {k: list(v) if isinstance(v, tuple) else v for k, v in full.items() if k in DEMO_FIELDS}
     return {"env": env, "episodes_per_task": int(episodes_per_task), "seed": int(seed)}
 
 
 def _demo_config(env: dict[str, Any]) -> EnvConfig:
     """One env, one RoboTwin step per waypoint, episodes held at their end, demo trial ids allowed."""
-    cfg = EnvConfig.from_dict({k: v for k, v in env.items() if k != "video"})
+    cfg = EnvConfig.from_dict({k: v for k, v in env.items() if k in DEMO_FIELDS})
     extra = {**cfg.extra, "chunk_execution": "position"}
     return cfg.replace(
         num_envs=1,
@@ -137,7 +144,7 @@ def generate_robotwin_demos(
     episodes_per_task: int,
     seed: int = 0,
     num_workers: int = 2,
-    episodes_per_job: int = 5,
+    episodes_per_job: int | None = None,
     start_method: str = "forkserver",
     progress: bool = True,
 ) -> dict[str, Any]:
@@ -149,7 +156,8 @@ def generate_robotwin_demos(
         episodes_per_task: Episodes to record (failures included).
         seed: Demo k starts from trial DEMO_TRIAL_OFFSET + seed * episodes_per_task + k.
         num_workers: Worker processes, each with its own RoboTwin process (0 = in this process).
-        episodes_per_job: Episodes per work item (one shard each).
+        episodes_per_job: Episodes per work item (one shard and one RoboTwin process each: building one and
+            rendering its first frame takes 20-60 s); None: the episodes split evenly over the workers.
         start_method: multiprocessing start method.
         progress: Show a tqdm progress bar.
     """
@@ -161,7 +169,8 @@ def generate_robotwin_demos(
     resolve_options(cfg)
     base = seed * episodes_per_task
     trials = list(range(base, base + episodes_per_task))
-    jobs = [(env, trials[k : k + episodes_per_job]) for k in range(0, len(trials), episodes_per_job)]
+    per_job = episodes_per_job or -(-len(trials) // max(1, num_workers))
+    jobs = [(env, trials[k : k + per_job]) for k in range(0, len(trials), per_job)]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     results = run_demo_jobs(

@@ -29,7 +29,6 @@ from vla_envs.config import EnvConfig
 from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, run_demo_jobs, stack_steps, write_demos
 from vla_envs.robotwin.expert import MAX_JOINT_STEP, waypoints_from_path
 
-
 # The EnvConfig fields that shape what a demo observes and does (the others size or schedule the run's envs).
 DEMO_FIELDS = (
     "env_type", "task", "image_size", "camera", "wrist_camera", "max_episode_steps", "reward_mode",

@@ -168,15 +168,29 @@ def plot(found: dict[str, list[dict]], out: Path, title: str) -> Path | None:
     return png
 
 
+def gain_and_noise(summary: dict) -> tuple[float, float, int, int]:
+    """(gain in held-out sampled success, binomial std of that difference, episodes before, episodes after): the std
+    is sqrt(p0 (1 - p0) / n0 + p1 (1 - p1) / n1) with the episode counts of the evaluation tables (0: unknown)."""
+    p0, p1 = summary["success_before_rl"], summary["success_after_rl"]
+    tables = summary.get("eval_tables", {})
+    n0 = int(tables.get("before_rl", {}).get("sample", {}).get("num_episodes", 0))
+    n1 = int(tables.get("after_rl", {}).get("sample", {}).get("num_episodes", 0))
+    std = (p0 * (1 - p0) / n0 + p1 * (1 - p1) / n1) ** 0.5 if n0 and n1 else float("nan")
+    return p1 - p0, std, n0, n1
+
+
 def table(found: dict[str, list[dict]]) -> str:
     lines = [
-        "| config | seed | sampled before | sampled after | greedy before | greedy after | env steps | wall s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| config | seed | sampled before | sampled after | gain (binomial std) | episodes | greedy before | "
+        "greedy after | env steps | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for config, summaries in found.items():
         for i, s in enumerate(summaries):
+            gain, std, n0, n1 = gain_and_noise(s)
             lines.append(
                 f"| {config} | {s.get('seed', i)} | {s['success_before_rl']:.2f} | {s['success_after_rl']:.2f} | "
+                f"{gain:+.2f} ({std:.2f}) | {n0} / {n1} | "
                 f"{s.get('success_before_rl_greedy', float('nan')):.2f} | "
                 f"{s.get('success_after_rl_greedy', float('nan')):.2f} | {s['env_steps']} | {s['wall_seconds']:.0f} |"
             )

@@ -47,3 +47,16 @@ def test_task_changes_flag_only_falls_beyond_the_noise() -> None:
 def test_single_task_run_has_no_per_task_lines() -> None:
     assert learning_curves.task_changes({"config": "one", "success_before_rl": 0.5}) == []
     assert learning_curves.task_table({"one": [{"config": "one"}]}) == ""
+
+
+def test_each_seeds_gain_comes_with_the_binomial_std_of_the_difference() -> None:
+    # 10 of 50 -> 30 of 50: gain 0.40, std sqrt(0.2 * 0.8 / 50 + 0.6 * 0.4 / 50) = 0.0894
+    summary = _summary({"t": 10}, {"t": 30})
+    summary["eval_tables"] = {
+        "before_rl": {"sample": _table({"t": 10}, 50)},
+        "after_rl": {"sample": _table({"t": 30}, 50)},
+    }
+    summary.update(success_before_rl=0.2, success_after_rl=0.6, env_steps=100, wall_seconds=5.0)
+    gain, std, n0, n1 = learning_curves.gain_and_noise(summary)
+    assert (n0, n1) == (50, 50) and gain == pytest.approx(0.4) and std == pytest.approx(0.0894, abs=1e-4)
+    assert "| +0.40 (0.09) | 50 / 50 |" in learning_curves.table({"mt": [summary]})

@@ -3,6 +3,7 @@ documents' logger spelling), `cluster` (nodes, GPUs, backend, placement) and `sf
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,11 @@ class RunnerSection:
     iterations. An iteration's number (1-based) is the `step` its metrics are logged at and the N of the
     `global_step_N` checkpoint saved after it; the actor's optimizer steps are a separate count
     (`train/actor/optimizer_steps`, `optimizer_steps` in the run summary).
+
+    `max_restarts`: how many times a run that lost a worker for good (a node left the Ray cluster, a worker did not
+    answer within `cluster.worker_timeout_s`, a worker died more than `cluster.max_worker_restarts` times) starts
+    again from its last complete checkpoint in its run folder, once the cluster has its nodes again (waiting up to
+    `cluster.worker_start_timeout_s`); 0 (default): the run ends with one line naming the worker and that checkpoint.
     """
 
     task_type: str = "embodied"
@@ -83,10 +89,12 @@ class RunnerSection:
     progress_bar: bool = True
     torch_num_threads: int = 1
     max_consecutive_skipped_updates: int = 3
+    max_restarts: int = 0
 
     def check(self, prefix: str) -> list[str]:
         return (
             at_least(f"{prefix}.max_consecutive_skipped_updates", self.max_consecutive_skipped_updates, 1)
+            + at_least(f"{prefix}.max_restarts", self.max_restarts, 0)
             + at_least(f"{prefix}.torch_num_threads", self.torch_num_threads, 0)
             + one_of(f"{prefix}.task_type", self.task_type, ("embodied",))
             + at_least(f"{prefix}.max_epochs", self.max_epochs, 0)
@@ -106,7 +114,12 @@ class RunnerSection:
 @dataclass
 class ClusterSection:
     """`cluster`: nodes, GPUs per node, backend and `component_placement` strings; `max_worker_restarts`: how
-    many times each env or rollout Ray actor is replaced after it died before the run ends (the Ray backend)."""
+    many times each env or rollout Ray actor is replaced after it died before the run ends (the Ray backend);
+    `worker_timeout_s`: how long the driver waits for any one worker call (a rollout step, an update, a weight
+    sync, a checkpoint save) before it ends the run naming the worker that does not answer (what the reference
+    framework sets in minutes with the `RLINF_TIMEOUT` environment variable); `worker_start_timeout_s`: how long a
+    worker may take to start (its process, the model to load, the simulators to build) and, on a Ray cluster it
+    joins, how long the run waits for `num_nodes` nodes to be alive."""
 
     num_nodes: int = 1
     num_gpus_per_node: int = 0
@@ -114,6 +127,8 @@ class ClusterSection:
     ray_address: str | None = None
     component_placement: dict[str, Any] = field(default_factory=dict)
     max_worker_restarts: int = 3
+    worker_timeout_s: float = 1800.0
+    worker_start_timeout_s: float = 3600.0
 
     def __post_init__(self) -> None:
         if not self.component_placement:  # empty: every component on every slot
@@ -123,6 +138,13 @@ class ClusterSection:
         errors = at_least(f"{prefix}.num_nodes", self.num_nodes, 1)
         errors += at_least(f"{prefix}.num_gpus_per_node", self.num_gpus_per_node, 0)
         errors += at_least(f"{prefix}.max_worker_restarts", self.max_worker_restarts, 0)
+        for key in ("worker_timeout_s", "worker_start_timeout_s"):
+            timeout = getattr(self, key)
+            number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+            if not (number and math.isfinite(timeout) and timeout > 0):
+                errors.append(
+                    f"{prefix}.{key}={timeout!r} is invalid: must be a finite number of seconds > 0"
+                )
         errors += one_of(f"{prefix}.backend", self.backend, BACKENDS)
         if self.backend == "local" and self.num_nodes > 1:
             errors.append(

@@ -3,7 +3,12 @@ the tiny OpenVLA-OFT: PPO with the env and rollout workers on node 0 and the act
 on both nodes (FSDP2 over gloo across the nodes) train what the one-node run trains, within the data-parallel test's
 tolerance (`test_e2e_train_data_parallel.py`: rel 1e-4 on the logged losses, 1e-5 absolute on the weights). The
 weights cross the node boundary worker to worker (torch.distributed over gloo): after every sync the rollout ranks
-hold the actor's weights bit for bit while the driver carried a few hundred bytes of them per iteration."""
+hold the actor's weights bit for bit while the driver carried a few hundred bytes of them per iteration.
+
+A node lost mid-run (`Cluster.remove_node` of the actor's node after the first checkpoint) ends the run within a
+bounded time in one line naming the node and the last complete checkpoint, leaving no worker process; with
+`runner.max_restarts=1` the run waits for a replacement node, resumes from that checkpoint and ends with the weights
+and metrics of an uninterrupted run resumed from it."""
 
 from __future__ import annotations
 

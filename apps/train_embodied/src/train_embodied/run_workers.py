@@ -13,7 +13,15 @@ from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
 from vla_algos import get_advantage_estimator
 from vla_envs import EnvConfig
-from vla_infra import WeightSyncCoordinator, WorkerGroup, make_backend, phase, resolve_placement, unit_bounds
+from vla_infra import (
+    WeightSyncCoordinator,
+    WorkerGroup,
+    WorkerTimeout,
+    make_backend,
+    phase,
+    resolve_placement,
+    unit_bounds,
+)
 
 
 def train_env_configs(tc: TrainConfig) -> list[EnvConfig]:
@@ -242,5 +250,15 @@ class RunWorkers:
     def __enter__(self) -> RunWorkers:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, WorkerTimeout):
+            self._name_unresponsive(exc)
         self.close()
+
+    def _name_unresponsive(self, exc: WorkerTimeout) -> None:
+        """A call timed out: probe every worker (Ray answers on a thread of its own even while a call runs), so the
+        line names a stopped process rather than the busy one that waited for it; those are stopped without
+        waiting."""
+        for group in self.groups:
+            for rank in group.unresponsive(timeout_s=5.0) or []:
+                exc.unresponsive.append((group.name, rank, group.handles[rank].where))

@@ -80,6 +80,12 @@ class Backend(ABC):
         """True if ``exc``, raised by waiting for a call, means its timeout passed (the call may still run)."""
         return isinstance(exc, TimeoutError)
 
+    def unresponsive(self, handles: Sequence[WorkerHandle], timeout_s: float) -> list[bool] | None:
+        """For each handle, whether its process does not answer within ``timeout_s`` even though a call may still run
+        there (a stopped or frozen process, not a busy one); None when the backend cannot tell (workers that share
+        the driver's process)."""
+        return None
+
     def lost_node(self) -> tuple[int, str, str] | None:
         """``(node rank, node id, address)`` of a node this backend placed workers on that has left the cluster,
         or None (a backend on one machine never loses a node)."""

@@ -22,6 +22,9 @@ class WorkerFailure(RuntimeError):
         where: Per failed rank, where it ran (``"pid 123 on node 127.0.0.1"``), or empty when not known.
         phase: What the driver was doing, set by :func:`phase` (``None`` outside any phase).
         detail: The failure itself, on one line.
+        unresponsive: Workers found not answering at all, ``(group, rank, where)``, set by whoever probed them
+            after the failure (:meth:`WorkerGroup.unresponsive`): the cause when the failed call only waited for
+            them.
     """
 
     def __init__(
@@ -36,6 +39,7 @@ class WorkerFailure(RuntimeError):
         self.group, self.ranks, self.method = group, list(ranks), method
         self.where, self.detail = list(where), detail
         self.phase: str | None = None
+        self.unresponsive: list[tuple[str, int, str]] = []
         super().__init__(self.describe())
 
     @property
@@ -65,6 +69,21 @@ class WorkerTimeout(WorkerFailure):
         self.timeout_s = timeout_s
         super().__init__(group, ranks, method, f"no answer within {timeout_s:g} s", where=where)
 
+    def describe(self) -> str:
+        silent = [(g, r, w) for g, r, w in self.unresponsive if not (g == self.group and r in self.ranks)]
+        own = [(g, r, w) for g, r, w in self.unresponsive if g == self.group and r in self.ranks]
+        if silent:  # the call waited for a worker that stopped answering: that one is the cause
+            names = "; ".join(f"{g} rank {r}" + (f" ({w})" if w else "") for g, r, w in silent)
+            return f"worker {names} does not answer; worker {self.worker} waited for it in {self.method}: {self.detail}"
+        if own and len(own) < len(self.ranks):  # of the ranks still running, these do not answer at all
+            ranks = ", ".join(str(r) for _, r, _ in own)
+            where = "; ".join(w for _, _, w in own if w)
+            name = f"{self.group} rank{'s' if len(own) > 1 else ''} {ranks}" + (
+                f" ({where})" if where else ""
+            )
+            return f"worker {name} in {self.method}: {self.detail}"
+        return super().describe()
+
 
 class NodeLost(WorkerFailure):
     """A node the workers run on left the cluster; its workers died with it and cannot be replaced in place.
@@ -86,10 +105,11 @@ class NodeLost(WorkerFailure):
         node_id: str,
         node_address: str,
         on_node: bool = True,
+        where: Sequence[str] = (),
     ) -> None:
         self.node_rank, self.node_id, self.node_address = node_rank, node_id, node_address
         self.on_node = on_node
-        super().__init__(group, ranks, method, f"lost with {self.node}")
+        super().__init__(group, ranks, method, f"lost with {self.node}", where=where)
 
     @property
     def node(self) -> str:

@@ -266,6 +266,16 @@ class WorkerGroup:
         self._record(rank, method, args, kwargs)
         return out
 
+    def unresponsive(self, timeout_s: float = 5.0) -> list[int] | None:
+        """The ranks whose process does not answer a probe within ``timeout_s`` (stopped, frozen or dead, not merely
+        busy); they count as hung from then on. None when the backend cannot tell (the local backend)."""
+        silent = self.backend.unresponsive(self.handles, timeout_s)
+        if silent is None:
+            return None
+        ranks = [r for r, quiet in enumerate(silent) if quiet]
+        self.hung.update(ranks)
+        return ranks
+
     def _check_answering(self, rank: int, method: str) -> None:
         """A rank whose earlier call timed out is still busy with it: a new call would only wait again."""
         if rank in self.hung:
@@ -291,14 +301,16 @@ class WorkerGroup:
             return None
         node_rank, node_id, address = lost
         on_node = [r for r in ranks if self.placements[r].node_rank == node_rank]
+        named = on_node or list(ranks)
         return NodeLost(
             self.name,
-            on_node or list(ranks),
+            named,
             method,
             node_rank=node_rank,
             node_id=node_id,
             node_address=address,
             on_node=bool(on_node),
+            where=[self.handles[r].where for r in named],
         )
 
     def _flags(self, method: str) -> tuple[bool, bool]:

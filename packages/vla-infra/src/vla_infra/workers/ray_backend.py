@@ -91,6 +91,25 @@ class _RayWorkerHost:
         if callable(close):
             close()
 
+    def alive(self) -> bool:
+        """Answers on its own thread (the ``probe`` concurrency group) while a call runs: a process that does not
+        answer is stopped or frozen, not merely busy."""
+        return True
+
+
+_HOST_CLASS: Any = None
+
+
+def _host_class() -> Any:
+    """The Ray actor class of :class:`_RayWorkerHost`: calls run one at a time, in order; ``alive`` beside them."""
+    global _HOST_CLASS
+    if _HOST_CLASS is None:
+        import ray
+
+        _RayWorkerHost.alive = ray.method(concurrency_group="probe")(_RayWorkerHost.alive)  # type: ignore[method-assign]
+        _HOST_CLASS = ray.remote(concurrency_groups={"probe": 1})(_RayWorkerHost)
+    return _HOST_CLASS
+
 
 class NodeGone(RuntimeError):
     """A node of the backend left the cluster while the driver waited for a call (its group names it)."""
@@ -138,6 +157,9 @@ class RayWorkerHandle(WorkerHandle):
 
     def submit(self, method: str, args: tuple, kwargs: dict) -> _RayFuture:
         return _RayFuture(self.actor.execute.remote(method, args, kwargs), self.backend)
+
+    def probe(self) -> Any:
+        return self.actor.alive.remote()
 
     def shutdown(self, *, force: bool = False) -> None:
         import ray
@@ -310,6 +332,23 @@ class RayBackend(Backend):
 
         return isinstance(exc, GetTimeoutError)
 
+    def unresponsive(self, handles: Sequence[WorkerHandle], timeout_s: float) -> list[bool] | None:
+        """Which of ``handles`` do not answer a probe within ``timeout_s`` (stopped, frozen or dead), asked at once."""
+        import ray
+
+        refs = [h.probe() for h in handles if isinstance(h, RayWorkerHandle)]
+        if len(refs) != len(handles):
+            return None
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        answered = set()
+        for ref in done:
+            try:
+                ray.get(ref, timeout=0)
+                answered.add(ref)
+            except Exception:  # a dead actor's probe fails: it does not answer either
+                continue
+        return [ref not in answered for ref in refs]
+
     def _reserve_gpus(self) -> None:
         import ray
         from ray.util.placement_group import placement_group, placement_group_table
@@ -421,7 +460,7 @@ class RayBackend(Backend):
         """One empty host actor per placement, each on its node and GPU."""
         import ray
 
-        host_cls = ray.remote(_RayWorkerHost)
+        host_cls = _host_class()
         options = [self._actor_options(p) for p in placements]
         actors = [host_cls.options(**opts).remote() for opts, _ in options]
         bundles = [bundle for _, bundle in options]

@@ -11,6 +11,7 @@ actor 0-15 on both) becomes `{env: 0, rollout: 1, actor: 0-1}`.
 
 from __future__ import annotations
 
+import atexit
 import os
 import time
 from collections import Counter
@@ -36,12 +37,15 @@ class TwoNodes:
 
         self.num_cpus = num_cpus
         head = {**node_args(0, num_cpus), "include_dashboard": False}
-        self.cluster = Cluster(initialize_head=True, head_node_args=head)
+        # shutdown_at_exit=False: a node added from another thread (a replacement, while a run waits in the main
+        # thread) would install a SIGTERM handler, which only the main thread may; `shutdown` is registered instead
+        self.cluster = Cluster(initialize_head=True, head_node_args=head, shutdown_at_exit=False)
+        atexit.register(self.shutdown)
         self.worker: Any = None
         try:
             self.add_worker_node()
         except BaseException:
-            self.cluster.shutdown()
+            self.shutdown()
             raise
 
     @property
@@ -73,7 +77,9 @@ class TwoNodes:
             self.add_worker_node()
 
     def shutdown(self) -> None:
-        self.cluster.shutdown()
+        if self.cluster is not None:
+            cluster, self.cluster = self.cluster, None
+            cluster.shutdown()
 
 
 def node_ranks(node_ids: list[str]) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vla_infra.placement import ProcessPlacement
@@ -78,7 +79,7 @@ class Backend(ABC):
 
     def timed_out(self, exc: BaseException) -> bool:
         """True if ``exc``, raised by waiting for a call, means its timeout passed (the call may still run)."""
-        return isinstance(exc, TimeoutError)
+        return isinstance(exc, (TimeoutError, FutureTimeout))  # distinct classes before Python 3.11
 
     def unresponsive(self, handles: Sequence[WorkerHandle], timeout_s: float) -> list[bool] | None:
         """For each handle, whether its process does not answer within ``timeout_s`` even though a call may still run

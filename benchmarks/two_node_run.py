@@ -81,9 +81,8 @@ def traffic(cluster: TwoNodes, epochs: int, root: Path) -> tuple[float, float]:
     finally:
         patch.restore()
     top = ", ".join(f"{m} {b / epochs / 1024:.0f} KiB" for m, b in meter.bytes.most_common(4))
-    print(
-        f"[traffic] per iteration: {meter.total / epochs / 1024:.0f} KiB ({top}); weight sync {meter.sync / epochs:.0f} B"
-    )
+    per = meter.total / epochs / 1024
+    print(f"[traffic] per iteration: {per:.0f} KiB ({top}); weight sync {meter.sync / epochs:.0f} B")
     return meter.total / epochs, meter.sync / epochs
 
 

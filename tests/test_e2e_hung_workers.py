@@ -1,5 +1,5 @@
-"""A hung worker ends the run instead of hanging it: `kill -STOP` stands in for a GPU kernel that never returns. On the
-Ray backend the rollout actor's process is stopped, on the local backend the training env's simulator process (with
+"""A hung worker ends the run instead of hanging it: `kill -STOP` stands in for a GPU kernel that never returns. On
+the Ray backend the rollout actor's process is stopped, on the local backend the training env's simulator process (with
 the env's own `worker_timeout_s` far longer, so that the driver's wait is what gives up). Either way the run ends
 within `cluster.worker_timeout_s` plus a few seconds, in one line naming the stopped worker, the phase and the last
 complete checkpoint, and no process of the run is left (the stopped one included). Real MetaWorld, the tiny

@@ -31,8 +31,8 @@ def _sbatch(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_slurm_dry_run_prints_head_workers_and_trainer_for_the_node_list() -> None:
-    done = _sbatch("--dry-run", "--nodelist", "gpu-a,gpu-b,gpu-c", "maniskill_ppo_openvla",
-                   "cluster.num_nodes=3", "cluster.component_placement={env: 0-7, rollout: 8-15, actor: 0-23}")  # fmt: skip
+    three = ["cluster.num_nodes=3", "cluster.component_placement={env: 0-7, rollout: 8-15, actor: 0-23}"]
+    done = _sbatch("--dry-run", "--nodelist", "gpu-a,gpu-b,gpu-c", "maniskill_ppo_openvla", *three)
     assert done.returncode == 0, done.stderr
     lines = [shlex.split(line) for line in done.stdout.strip().splitlines()]
     on = [line[: line.index("-w") + 2] for line in lines]

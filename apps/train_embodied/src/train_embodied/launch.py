@@ -20,7 +20,8 @@ from typing import Any
 #: Where the RayJob mounts the shared volume of the run folders (`runner.logger.log_path`).
 RUNS_MOUNT = "/runs"
 USAGE = """usage: python -m train_embodied.launch info CONFIG [KEY=VALUE ...]
-       python -m train_embodied.launch kuberay CONFIG [KEY=VALUE ...] [--image IMAGE] [--name NAME] [--runs-claim PVC]"""
+       python -m train_embodied.launch kuberay CONFIG [KEY=VALUE ...] [--image IMAGE] [--name NAME]
+           [--runs-claim PVC]"""
 
 
 def cluster_info(tc: Any) -> dict[str, int]:

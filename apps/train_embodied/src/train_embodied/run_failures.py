@@ -1,10 +1,10 @@
 """How a run ends when a worker fails for good or the process is told to stop, and how it starts again.
 
-A worker that does not answer within `cluster.worker_timeout_s` (`worker_start_timeout_s` while it starts), a node that left the Ray cluster, a worker that died
-more often than `cluster.max_worker_restarts`: the run ends with one line naming the worker, the phase and the last
-complete checkpoint in the run folder, or, while `runner.max_restarts` allows, starts again from that checkpoint
-(`runner.resume_dir=auto` in the same folder) once the cluster has its nodes again. SIGTERM (a scheduler's stop, a
-`kill`) stops the workers like Ctrl-C does.
+A worker that does not answer within `cluster.worker_timeout_s` (`worker_start_timeout_s` while it starts), a node
+that left the Ray cluster, a worker that died more often than `cluster.max_worker_restarts`: the run ends with one
+line naming the worker, the phase and the last complete checkpoint in the run folder, or, while
+`runner.max_restarts` allows, starts again from that checkpoint (`runner.resume_dir=auto` in the same folder) once
+the cluster has its nodes again. SIGTERM (a scheduler's stop, a `kill`) stops the workers like Ctrl-C does.
 """
 
 from __future__ import annotations

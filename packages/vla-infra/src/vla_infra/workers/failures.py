@@ -74,7 +74,8 @@ class WorkerTimeout(WorkerFailure):
         own = [(g, r, w) for g, r, w in self.unresponsive if g == self.group and r in self.ranks]
         if silent:  # the call waited for a worker that stopped answering: that one is the cause
             names = "; ".join(f"{g} rank {r}" + (f" ({w})" if w else "") for g, r, w in silent)
-            return f"worker {names} does not answer; worker {self.worker} waited for it in {self.method}: {self.detail}"
+            waited = f"worker {self.worker} waited for it in {self.method}"
+            return f"worker {names} does not answer; {waited}: {self.detail}"
         if own and len(own) < len(self.ranks):  # of the ranks still running, these do not answer at all
             ranks = ", ".join(str(r) for _, r, _ in own)
             where = "; ".join(w for _, _, w in own if w)

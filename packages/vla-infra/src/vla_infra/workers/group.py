@@ -144,11 +144,11 @@ class WorkerGroup:
         name: Group name (default: the placements' component, else the class name).
         args: Positional arguments of ``worker_cls.__init__`` (same for every rank).
         kwargs: Keyword arguments of ``worker_cls.__init__`` (same for every rank).
-        timeout_s: Seconds the driver waits for any call of this group (and for the workers' ``__init__``)
-            before it gives up with :class:`WorkerTimeout` naming the ranks still running; those ranks count as
-            hung from then on: a later call on them raises at once and :meth:`shutdown` stops them without
-            waiting. None (default): no limit. A call that fails because a node left the cluster raises
-            :class:`NodeLost` instead (no restart can land on that node).
+        timeout_s: Seconds the driver waits for any call of this group before it gives up with
+            :class:`WorkerTimeout` naming the ranks still running; those ranks count as hung from then on: a later
+            call on them raises at once and :meth:`shutdown` stops them without waiting. None (default): no
+            limit. A call that fails because a node left the cluster raises :class:`NodeLost` instead (no restart
+            can land on that node).
         start_timeout_s: Seconds a worker may take to start (its process, ``__init__``: a model to load,
             simulators to build) and a replacement to start and catch up; default ``timeout_s``.
         max_restarts: How many times each rank's worker may be replaced after it died (a backend that can lose

@@ -106,7 +106,8 @@ def _host_class() -> Any:
     if _HOST_CLASS is None:
         import ray
 
-        _RayWorkerHost.alive = ray.method(concurrency_group="probe")(_RayWorkerHost.alive)  # type: ignore[method-assign]
+        alive = ray.method(concurrency_group="probe")(_RayWorkerHost.alive)
+        _RayWorkerHost.alive = alive  # type: ignore[method-assign]
         _HOST_CLASS = ray.remote(concurrency_groups={"probe": 1})(_RayWorkerHost)
     return _HOST_CLASS
 
@@ -333,7 +334,8 @@ class RayBackend(Backend):
         return isinstance(exc, GetTimeoutError)
 
     def unresponsive(self, handles: Sequence[WorkerHandle], timeout_s: float) -> list[bool] | None:
-        """Which of ``handles`` do not answer a probe within ``timeout_s`` (stopped, frozen or dead), asked at once."""
+        """Which of ``handles`` do not answer a probe within ``timeout_s`` (stopped, frozen or dead); all probed at
+        once."""
         import ray
 
         refs = [h.probe() for h in handles if isinstance(h, RayWorkerHandle)]

@@ -71,10 +71,9 @@ class WatchedRun:
                 with contextlib.suppress(psutil.Error):
                     found.append(psutil.Process(pid))
             for proc in found:
-                if proc.pid not in self.seen:
-                    self.seen[proc.pid] = proc
-                    with contextlib.suppress(psutil.Error):
-                        self.names[proc.pid] = proc.name()
+                proc = self.seen.setdefault(proc.pid, proc)
+                with contextlib.suppress(psutil.Error):  # a new process may still be a fork before its exec
+                    self.names[proc.pid] = proc.name()
             time.sleep(0.2)
 
     def worker_pids(self) -> list[int]:

@@ -73,6 +73,6 @@ def test_after_a_sigkill_of_the_driver_no_ray_process_lives_on(tmp_path: Path) -
         gone_after = time.monotonic() - killed
     finally:
         run.kill_left_behind()
-    assert "raylet" in run.names.values()  # the run's Ray instance was followed
     assert left == [], left
+    assert "raylet" in run.names.values()  # the run's Ray instance was followed
     print(f"every process of the run gone {gone_after:.1f} s after the driver's SIGKILL")

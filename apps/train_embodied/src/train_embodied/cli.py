@@ -98,22 +98,31 @@ def _run(prog: str, tc) -> int:
     """Run the trainer in its locked run folder; each fault the user must act on is one line on stderr: a run
     folder that cannot be written or is in use by another run, or a resume checkpoint that does not fit (exit 2,
     before any simulator starts where it can be found then); a simulator that cannot start, an update that keeps
-    diverging, a checkpoint save that fails (a full disk; older checkpoints stay intact) (exit 1); Ctrl-C (exit
-    130, the workers are shut down)."""
+    diverging, a checkpoint save that fails (a full disk; older checkpoints stay intact), a worker that does not
+    answer within cluster.worker_timeout_s, a lost node or a worker that died too often, once runner.max_restarts
+    are used up (exit 1; the line names the worker, the phase and the last complete checkpoint); Ctrl-C (exit 130)
+    and SIGTERM (exit 143): the workers are shut down."""
     from train_embodied.checkpointing import ResumeError
     from train_embodied.numerics import TrainingDiverged
+    from train_embodied.run_failures import (
+        Terminated,
+        failure_line,
+        last_checkpoint_text,
+        run_restarting,
+        sigterm_stops_the_run,
+    )
     from train_embodied.run_folder import RunFolderError, run_folder_lock
     from train_embodied.runner import run
     from vla_envs import SimulatorUnavailable
-    from vla_infra import CheckpointError, CheckpointSaveError
+    from vla_infra import CheckpointError, CheckpointSaveError, WorkerFailure
 
     if isinstance(sys.stdout, io.TextIOWrapper):
         # each progress line reaches a pipe (`| tee run.log`, a supervising process) when it is printed, not when a
         # block of output has filled up
         sys.stdout.reconfigure(line_buffering=True)
     try:
-        with run_folder_lock(tc.log_dir), _ctrl_c_reaches_this_process_only():
-            run(tc)
+        with run_folder_lock(tc.log_dir), _ctrl_c_reaches_this_process_only(), sigterm_stops_the_run():
+            run_restarting(tc, run)
     except (RunFolderError, ResumeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -125,9 +134,17 @@ def _run(prog: str, tc) -> int:
     except (SimulatorUnavailable, TrainingDiverged, CheckpointSaveError) as exc:
         print(f"{prog}: error: {_first_line(exc)}", file=sys.stderr)
         return 1
+    except WorkerFailure as exc:
+        print(f"{prog}: error: {failure_line(exc, tc.log_dir)}; workers stopped", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted (Ctrl-C): workers stopped; run folder {tc.log_dir}", file=sys.stderr)
+        stopped = f"workers stopped; {last_checkpoint_text(tc.log_dir)}; run folder {tc.log_dir}"
+        print(f"{prog}: interrupted (Ctrl-C): {stopped}", file=sys.stderr)
         return 130
+    except Terminated:
+        stopped = f"workers stopped; {last_checkpoint_text(tc.log_dir)}; run folder {tc.log_dir}"
+        print(f"{prog}: terminated (SIGTERM): {stopped}", file=sys.stderr)
+        return 143
     return 0
 
 

@@ -80,7 +80,7 @@ class RunnerSection:
     resume_dir: str | None = None
     weight_sync_interval: int = 1
     seed: int = 0
-    progress_bar: bool = True
+    progress_bar: bool | str = "auto"  # true, false or auto (train_embodied.progress)
     torch_num_threads: int = 1
     max_consecutive_skipped_updates: int = 3
 
@@ -95,6 +95,11 @@ class RunnerSection:
             + at_least(f"{prefix}.save_interval", self.save_interval, 1, allow=(-1,))
             + at_least(f"{prefix}.weight_sync_interval", self.weight_sync_interval, 1)
             + at_least(f"{prefix}.seed", self.seed, 0)
+            + (
+                []
+                if self.progress_bar in (True, False, "auto")
+                else [f"{prefix}.progress_bar={self.progress_bar!r} is not one of: true, false, auto"]
+            )
         )
 
     @property
@@ -126,7 +131,7 @@ class ClusterSection:
         errors += one_of(f"{prefix}.backend", self.backend, BACKENDS)
         if self.backend == "local" and self.num_nodes > 1:
             errors.append(
-                f"{prefix}.backend='local' cannot use {prefix}.num_nodes={self.num_nodes}: set {prefix}.backend=ray"
+                f"{prefix}.backend='local' cannot use {prefix}.num_nodes={self.num_nodes}: set `{prefix}.backend=ray`"
             )
         return errors
 

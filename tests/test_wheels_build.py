@@ -24,7 +24,9 @@ PACKAGES = {
     "train-embodied": ("apps/train_embodied", "train_embodied"),
 }
 pytest.importorskip("build", reason="the build frontend is a test tool: pip install -r requirements-dev.txt")
-pytest.importorskip("hatchling", reason="the build backend is a test tool: pip install -r requirements-dev.txt")
+pytest.importorskip(
+    "hatchling", reason="the build backend is a test tool: pip install -r requirements-dev.txt"
+)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +47,10 @@ def built(tmp_path_factory) -> dict[str, tuple[Path, Path]]:
 def test_twine_accepts_every_sdist_and_wheel(built) -> None:
     files = [str(f) for pair in built.values() for f in pair]
     out = subprocess.run(
-        [sys.executable, "-m", "twine", "check", "--strict", *files], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "twine", "check", "--strict", *files],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("PASSED") == len(files), out.stdout
@@ -64,14 +69,18 @@ def test_wheel_holds_the_package_at_its_changelog_version_without_tests(name: st
         meta = Parser().parsestr(zf.read(meta_name).decode())
         entry_points = next((zf.read(n).decode() for n in names if n.endswith("entry_points.txt")), "")
     assert meta["Version"] == source_version
-    assert re.search(rf"^## {re.escape(source_version)}\b", (REPO / src / "CHANGELOG.md").read_text(), re.MULTILINE)
+    assert re.search(
+        rf"^## {re.escape(source_version)}\b", (REPO / src / "CHANGELOG.md").read_text(), re.MULTILINE
+    )
     sources = sorted(p.relative_to(REPO / src / "src").as_posix() for p in (REPO / src / "src").rglob("*.py"))
     assert sorted(n for n in names if n.endswith(".py")) == sources
     assert f"{module}/py.typed" in names or not (REPO / src / "src" / module / "py.typed").exists()
     assert not [n for n in names if "/tests/" in n or n.startswith("tests/")]
     assert meta["Description-Content-Type"] == "text/markdown" and meta.get_payload().strip()
     if name == "train-embodied":
-        configs = sorted(p.relative_to(REPO / src).as_posix() for p in (REPO / src / "configs").rglob("*.yaml"))
+        configs = sorted(
+            p.relative_to(REPO / src).as_posix() for p in (REPO / src / "configs").rglob("*.yaml")
+        )
         assert sorted(n.removeprefix("train_embodied/") for n in names if n.endswith(".yaml")) == configs
         for command in ("vla-train", "vla-eval", "vla-sft"):
             assert f"{command} = train_embodied.cli:" in entry_points

@@ -97,7 +97,8 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
 def _run(prog: str, tc) -> int:
     """Run the trainer in its locked run folder; each fault the user must act on is one line on stderr: a run
     folder that cannot be written or is in use by another run, or a resume checkpoint that does not fit (exit 2,
-    before any simulator starts where it can be found then); a simulator that cannot start, an update that keeps
+    before any simulator starts where it can be found then); something this machine lacks that a worker found
+    (a `vla_envs.SimulatorSetupError`, exit 2); a simulator that cannot start, an update that keeps
     diverging, a checkpoint save that fails (a full disk; older checkpoints stay intact) (exit 1); Ctrl-C (exit
     130, the workers are shut down)."""
     from train_embodied.checkpointing import ResumeError

@@ -45,7 +45,10 @@ for pkg in "${PACKAGES[@]}"; do
     src="${SOURCE[$pkg]:?unknown package $pkg (known: ${!SOURCE[*]})}"
     echo "[wheels] $pkg: building wheel and sdist of $src"
     rm -rf "$WORK/build-$pkg"
-    "$TOOLS/bin/python" -m build -q --outdir "$WORK/build-$pkg" "$src" >/dev/null
+    if ! "$TOOLS/bin/python" -m build --outdir "$WORK/build-$pkg" "$src" >"$WORK/build-$pkg.log" 2>&1; then
+        cat "$WORK/build-$pkg.log"
+        exit 1
+    fi
     cp "$WORK/build-$pkg"/* "$WORK/dist/"
     "$TOOLS/bin/twine" check --strict "$WORK/build-$pkg"/*
 done
@@ -62,7 +65,10 @@ for pkg in "${PACKAGES[@]}"; do
     # the other packages of the monorepo come only from the wheels built here (--find-links)
     install "$venv" "${TORCH_INDEX[@]}" --find-links "$WORK/dist" "$TORCH_SPEC" "${wheel}${EXTRAS[$pkg]}" \
         -r requirements-dev.txt
-    install "$venv" --no-deps "rlinf==0.3.0"  # an oracle of the algorithm tests and the PutOnPlate task code
+    # the reference framework's wheel as setup.sh installs it: an oracle of the algorithm tests (with omegaconf, which
+    # it imports) and the PutOnPlate task code
+    install "$venv" --no-deps "rlinf==0.3.0"
+    install "$venv" "${TORCH_INDEX[@]}" "$TORCH_SPEC" "omegaconf>=2.3"
     installer_check "$venv"
 
     tree="$WORK/tests-$pkg"

@@ -198,7 +198,7 @@ def _fake_vulkan_driver(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["local", "ray"])
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=[pytest.mark.long, pytest.mark.ray])])
 def test_a_worker_that_finds_no_vulkan_device_ends_the_run_in_one_line(
     backend: str, standin_pack: Path, tmp_path: Path
 ) -> None:

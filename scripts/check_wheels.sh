@@ -7,8 +7,9 @@
 #   bash scripts/check_wheels.sh [PACKAGE ...]      # default: vla-algos vla-envs vla-models vla-infra train_embodied
 #   WHEELS_PYTEST_ARGS='-m "not slow and not long"' bash scripts/check_wheels.sh vla-envs   # a quicker selection
 #
-# The test folder mirrors the repository's layout with the package's tests/ and README.md, the root pytest
-# settings (pyproject.toml, conftest.py) and scripts/ and benchmarks/ (some tests run those), and no src/: an
+# The test folder mirrors the repository's layout with the package's tests/ and README.md, the other packages'
+# tests/ (test data), the root pytest settings (pyproject.toml, conftest.py) and scripts/ and benchmarks/ (some
+# tests run those), and no src/: an
 # import can only find the installed wheel, which each run checks (`__file__` under site-packages). Tools (build
 # frontend, twine, pytest) are the test tools of requirements-dev.txt plus twine. Work folder: WHEELS_DIR
 # (default: a temporary one, removed at the end). Prints one line per package and ends with the summary.
@@ -75,6 +76,9 @@ for pkg in "${PACKAGES[@]}"; do
     rm -rf "$tree"
     mkdir -p "$tree/$src"
     cp -r "$src/tests" "$src/README.md" "$tree/$src/"
+    for other in packages/*/tests; do  # test data other packages' tests keep (vla-models' official-layout folders)
+        [[ -e "$tree/$other" ]] || { mkdir -p "$tree/$(dirname "$other")" && cp -r "$other" "$tree/$other"; }
+    done
     cp -r pyproject.toml conftest.py scripts benchmarks "$tree/"
     (
         cd "$tree"

@@ -118,6 +118,7 @@ def test_progress_bar_config_values(tmp_path: Path) -> None:
 def test_vla_sft_in_a_pipe_logs_demo_and_training_progress_as_lines(tmp_path: Path) -> None:
     """The real command with its output piped: the demos' bar (vla-envs, given the app's bar) and the supervised
     steps' bar each write plain lines."""
+    pytest.importorskip("metaworld", reason="runs real MetaWorld (vla-envs[metaworld])")
     script = textwrap.dedent(
         """
         import sys

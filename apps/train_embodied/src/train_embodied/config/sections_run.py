@@ -115,8 +115,10 @@ class RunnerSection:
     evaluation)."""
     seed: int = 0
     """Run seed: every random draw of the run (env starts, sampling, shuffles) takes a stream seeded by it."""
-    progress_bar: bool = True
-    """Show progress bars for demos, the warm start, evaluations, iterations and rollouts."""
+    progress_bar: bool | str = "auto"
+    """Progress bars for demos, the warm start, evaluations, iterations and rollouts: `auto` draws them on a
+    terminal and prints a plain line every few seconds in a piped or redirected log; true: always bars; false:
+    none."""
     torch_num_threads: int = 1
     """Intra-op threads of torch in the driver and the workers (1: fastest on a small shared CPU; 0: torch's
     default)."""
@@ -139,6 +141,11 @@ class RunnerSection:
             + at_least(f"{prefix}.save_interval", self.save_interval, 1, allow=(-1,))
             + at_least(f"{prefix}.weight_sync_interval", self.weight_sync_interval, 1)
             + at_least(f"{prefix}.seed", self.seed, 0)
+            + (
+                []
+                if self.progress_bar in (True, False, "auto")
+                else [f"{prefix}.progress_bar={self.progress_bar!r} is not one of: true, false, auto"]
+            )
         )
 
     @property
@@ -197,7 +204,7 @@ class ClusterSection:
         errors += one_of(f"{prefix}.backend", self.backend, BACKENDS)
         if self.backend == "local" and self.num_nodes > 1:
             errors.append(
-                f"{prefix}.backend='local' cannot use {prefix}.num_nodes={self.num_nodes}: set {prefix}.backend=ray"
+                f"{prefix}.backend='local' cannot use {prefix}.num_nodes={self.num_nodes}: set `{prefix}.backend=ray`"
             )
         return errors
 

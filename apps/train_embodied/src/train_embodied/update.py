@@ -1,10 +1,13 @@
 """The actor update: `update_epoch` passes of shuffled minibatches, each split into micro-batches.
 
 The loss is the `algorithm.loss_type` objective registered in vla_algos (e.g. `actor_critic`:
-policy_loss - entropy_bonus * entropy [+ kl_beta * KL(policy || reference)] + value_loss_coef * value_loss), with the
-`algorithm` section's settings handed over by name (`vla_algos.LossSettings.from_config`); this module shuffles the
-rollout into minibatches, steps the optimizer once per minibatch and averages the metrics;
-`train_embodied.minibatch_loss` accumulates each minibatch's gradients over its micro-batches and ranks.
+policy_loss - entropy_bonus * entropy [+ kl_beta * KL(policy || reference)] + value_loss_coef * value_loss), called
+with the micro-batch's `vla_algos.LossInputs`, the `algorithm` section's settings handed over by name
+(`vla_algos.LossSettings.from_config`) and the minibatch's weight sums. The loop reads as CleanRL's: shuffle the
+rollout into minibatches, accumulate each minibatch's gradient over its micro-batches (and data-parallel ranks) in
+verl's form, each micro-batch's loss `sum(w * loss) / W` with `W` the minibatch's weight sums
+(`vla_algos.minibatch_weight_sums`, computed once per minibatch from the whole rollout's loss weights), step the
+optimizer once per minibatch and average the metrics.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ import torch
 
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, OptimSection
-from train_embodied.minibatch_loss import minibatch_gradients
+from train_embodied.data_parallel import SampleLayout, micro_batches
+from train_embodied.loss_inputs import micro_batch_inputs
 from train_embodied.numerics import finite_optimizer_step
-from train_embodied.sharding import SampleLayout, minibatch_share, num_micro_batches
-from vla_algos import LossSettings, get_policy_loss
+from vla_algos import LossSettings, get_policy_loss, minibatch_weight_sums
 from vla_infra import all_reduce_sums, clip_grad_norm
 from vla_models import Policy
 
@@ -61,7 +64,7 @@ def ppo_update(
             `actor.model.extra.detach_critic_input=false` (shared backbone) the value loss still moves the
             backbone, and with it the policy; `detach_critic_input=true` keeps the policy frozen.
         rank, world_size: This process in a sharded (FSDP2) actor group.
-        layout: With several ranks, where the whole rollout's samples live (`train_embodied.sharding.SampleLayout`):
+        layout: With several ranks, where the whole rollout's samples live (`data_parallel.SampleLayout`):
             `batch` is then this rank's share. Every rank passes the same `generator` state and draws the same
             minibatches of the whole rollout; rank r trains on the samples of each minibatch it holds, and the
             metrics are summed over the ranks, so every rank returns the metrics of whole minibatches (as one
@@ -91,6 +94,7 @@ def ppo_update(
         ref_logprobs = reference_logprobs(
             reference, batch, idx_all, micro_batch_size, layout=layout, rank=rank
         )
+    params = [p for g in optimizer.param_groups for p in g["params"]]
     sums: dict[str, float] = {}
     count = 0
     steps = 0
@@ -106,22 +110,29 @@ def ppo_update(
             set_warmup_lr(
                 optimizer, start_step + steps, optim.lr_warmup_steps if train_policy else 0, lr_scale
             )
-            acc = minibatch_gradients(
-                policy,
-                batch,
-                mb,
-                loss_fn,
+            weight_sums = minibatch_weight_sums(  # of the whole minibatch: every rank holds its loss weights
                 settings,
-                micro_batch_size=micro_batch_size,
-                whole=whole,
-                train_policy=train_policy,
-                rank=rank,
-                world_size=world_size,
-                layout=layout,
-                ref_logprobs=ref_logprobs,
+                (len(mb), *batch.old_logprobs.shape[1:]),
+                sample_weight=None if whole.sample_weight is None else whole.sample_weight[mb],
+                action_mask=None if whole.action_mask is None else whole.action_mask[mb],
             )
-            acc = all_reduce_sums(acc)
-            params = [p for g in optimizer.param_groups for p in g["params"]]
+            acc: dict[str, float] = {}  # this rank's part of the minibatch's metrics
+            for micro in micro_batches(mb, layout, rank, micro_batch_size):
+                padding = len(micro) == 0  # FSDP: every rank runs as many passes; this one counts for nothing
+                inputs = micro_batch_inputs(
+                    policy,
+                    batch,
+                    torch.zeros(1, dtype=torch.long) if padding else micro,
+                    critic=loss_fn.uses_critic,
+                    train_policy=train_policy,
+                    ref_logprobs=ref_logprobs,
+                )
+                loss, terms = loss_fn(inputs, settings, weight_sums)
+                # FSDP averages the gradients over the ranks: x world_size makes them the sum of the ranks' parts
+                (loss * (0.0 if padding else float(world_size))).backward()
+                for k, v in _train_metrics(loss, terms).items():  # every rank reports the same keys
+                    acc[k] = acc.get(k, 0.0) + (0.0 if padding else float(v))
+            acc = all_reduce_sums(acc)  # the whole minibatch's metrics
             grad_norm = clip_grad_norm(params, optim.clip_grad if optim.clip_grad > 0 else float("inf"))
             finite_optimizer_step(optimizer, grad_norm, acc)  # NaN/inf: no step, counted
             steps += 1
@@ -147,6 +158,15 @@ def ppo_update(
     return out, steps
 
 
+def _train_metrics(loss: torch.Tensor, terms: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A micro-batch's loss and the loss's terms as `train/*` metrics. The runner logs the critic's explained
+    variance over the whole rollout instead (a micro-batch's can be NaN)."""
+    metrics = {f"train/{k}": v for k, v in terms.items() if k != "critic/explained_variance"}
+    metrics["train/entropy_loss"] = terms["actor/entropy_loss"]
+    metrics["train/loss"] = loss.detach()
+    return metrics
+
+
 def reference_logprobs(
     reference: Policy,
     batch: SampleBatch,
@@ -165,11 +185,9 @@ def reference_logprobs(
         layout, rank: As `ppo_update`'s: every rank runs as many passes as the rank with the most samples (a
             sharded reference's gathers must match), padding with a pass whose result is dropped.
     """
-    mine = minibatch_share(samples, layout, rank)
     out = torch.zeros_like(batch.old_logprobs, dtype=torch.float32)
     with torch.no_grad():
-        for i in range(num_micro_batches(samples, layout, micro_batch_size)):
-            rows = mine[i * micro_batch_size : (i + 1) * micro_batch_size]
+        for rows in micro_batches(samples, layout, rank, micro_batch_size):
             idx = rows if len(rows) else torch.zeros(1, dtype=torch.long)
             logprobs = reference.evaluate(
                 {k: v[idx] for k, v in batch.forward_inputs.items()}, compute_values=False

@@ -95,7 +95,6 @@ class ModelSection:
     """
 
     model_type: str = "openvla_oft"
-    model_name: str = "openvla_oft_tiny"
     size: str = "tiny"
     model_path: str | None = None
     lora_path: str | None = None

@@ -224,7 +224,7 @@ def generate_maniskill_demos(
     """
     from tqdm import tqdm
 
-    from vla_envs.demos import _write
+    from vla_envs.demos import write_demos
     from vla_envs.maniskill.runtime import check_task
 
     if episodes_per_task < 1:
@@ -272,7 +272,7 @@ def generate_maniskill_demos(
         raise RuntimeError(f"no demonstration succeeded for {tasks} (keep_failed={keep_failed})")
     if len(tasks) > 1:
         cfg = cfg.replace(task=None, task_set=list(tasks))
-    meta = _write(out, cfg, kept)
+    meta = write_demos(out, cfg, kept)
     # Planner attempts that left no episode (no plan found, or failures not kept) still count as failures.
     attempted = len(tasks) * episodes_per_task
     successes = sum(e["success"] for e in meta["episodes"])

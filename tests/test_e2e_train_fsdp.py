@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from weights_compare import WEIGHT_TOL
 
 from train_embodied.testing import PPO_TINY, read_metrics, run_train
-from weights_compare import WEIGHT_TOL
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 pytest.importorskip("metaworld", reason="runs real MetaWorld (vla-envs[metaworld])")

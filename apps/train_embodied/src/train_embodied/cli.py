@@ -49,7 +49,11 @@ def _parse(argv: Sequence[str], prog: str) -> tuple[str, list[str], set[str]] | 
     return args[0], args[1:], flags
 
 
-def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, check_paths: bool):
+def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, sft: bool = False):
+    """The validated config of a command, or None when it only prints or validates. A problem with the config or
+    with what the run would read (`train_embodied.preflight`: the run folder, the resume checkpoint and, unless
+    `sft` (a policy built from scratch, the GPUs not checked), the model folder) is one line per problem on
+    stderr, exit status 2."""
     from omegaconf import OmegaConf
 
     from train_embodied.config import (
@@ -59,7 +63,7 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
         compose_config,
         to_plain,
     )
-    from train_embodied.run_folder import env_interpolations, folder_problem, name_problem, redact_env_values
+    from train_embodied.run_folder import env_interpolations, name_problem, redact_env_values
 
     try:
         cfg = compose_config(config, overrides)
@@ -71,14 +75,15 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
         plain = to_plain(cfg)
         if "--cfg" in flags:
             print(OmegaConf.to_yaml(OmegaConf.create(redact_env_values(plain, secrets))))
-        tc = build_train_config(plain, check_paths=check_paths)
-        if problem := folder_problem(tc.log_dir):
-            raise ConfigError([problem])
-        from train_embodied.checkpointing import check_resume  # reads files: only for a config that passed
-        from train_embodied.policy_io import check_model_folder
+        tc = build_train_config(plain, check_paths=not sft)
+        from train_embodied.preflight import (  # reads files: a valid config's
+            SFT_CHECKS,
+            TRAIN_CHECKS,
+            preflight,
+        )
 
-        if resume_errors := check_resume(tc) + check_model_folder(tc.actor.model):
-            raise ConfigError(resume_errors)
+        if problems := preflight(tc, SFT_CHECKS if sft else TRAIN_CHECKS):
+            raise ConfigError(problems)
         # the saved config.json (and wandb's copy) name ${oc.env:...} instead of holding the variables' values
         redacted = redact_env_values(tc.raw, secrets)
         tc.raw.clear()
@@ -228,7 +233,7 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     if parsed is None:
         return 0
     config, overrides, flags = parsed
-    tc = _load("vla-train", config, overrides, flags, check_paths=True)
+    tc = _load("vla-train", config, overrides, flags)
     if tc is None:
         return 0
     _check_machine("vla-train", _run_envs(tc))
@@ -241,7 +246,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     if parsed is None:
         return 0
     config, overrides, flags = parsed
-    tc = _load("vla-eval", config, [*overrides, "runner.only_eval=true"], flags, check_paths=True)
+    tc = _load("vla-eval", config, [*overrides, "runner.only_eval=true"], flags)
     if tc is None:
         return 0
     _check_machine("vla-eval", _run_envs(tc))
@@ -254,7 +259,7 @@ def sft_main(argv: Sequence[str] | None = None) -> int:
     if parsed is None:
         return 0
     config, overrides, flags = parsed
-    tc = _load("vla-sft", config, overrides, flags, check_paths=False)
+    tc = _load("vla-sft", config, overrides, flags, sft=True)
     if tc is None:
         return 0
     _check_machine("vla-sft", [("env.train", tc.env_train)])

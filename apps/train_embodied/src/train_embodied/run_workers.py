@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from train_embodied.config.build import TrainConfig
+from train_embodied.config.train_config import TrainConfig
 from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
 from vla_algos import get_advantage_estimator
@@ -51,6 +51,10 @@ class RunWorkers:
         need_train: Build the training envs and the actor (False for `only_eval`).
         pid_file: If given, a JSON file of every worker's process id by group (`worker_pids()`), written at start
             and again after a worker was replaced (which process is which, for an operator or a fault test).
+
+    Attributes:
+        weights: The actor -> rollout weight sync (`vla_infra.WeightSyncCoordinator`: `sync(version)`, the
+            `version` last synced); None without an actor (evaluation only: the rollout loads `model_path`).
     """
 
     def __init__(self, tc: TrainConfig, *, need_train: bool = True, pid_file: Path | None = None) -> None:
@@ -173,16 +177,6 @@ class RunWorkers:
                 f"algorithm.rollout_epoch = {total} rows: raise env.train.num_envs or algorithm.rollout_epoch, or "
                 "place the actor on fewer ranks"
             ) from None
-
-    @property
-    def weight_version(self) -> int | None:
-        """The weight version last synced to the rollout (None: never)."""
-        return None if self.weights is None else self.weights.version
-
-    def sync_weights(self, version: int) -> dict[str, int] | None:
-        """Actor -> rollout weight sync as version `version` (`WeightSyncCoordinator.sync`)."""
-        assert self.weights is not None
-        return self.weights.sync(version)
 
     def _after_restart(self, rank: int) -> None:
         self.write_pids()

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from train_embodied.config.build import TrainConfig
+from train_embodied.config.train_config import TrainConfig
 from train_embodied.policy_io import build_policy_for_run, select_proprio
 from train_embodied.progress import progress_bar
 

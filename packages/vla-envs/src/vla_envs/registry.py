@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vla_envs.base import BatchedEnv
-    from vla_envs.config import EnvConfig
 
-Factory = Callable[["EnvConfig"], "BatchedEnv"]
+# The functions of a record take the env's `vla_envs.EnvConfig` (`cfg`); the registry does not import it, since
+# `EnvConfig` checks its `env_type` against the registry.
+Factory = Callable[[Any], "BatchedEnv"]
 TaskLister = Callable[[], list[str]]
-ConfigChecker = Callable[["EnvConfig"], Any]
+ConfigChecker = Callable[[Any], Any]
 GroupingFn = Callable[[Sequence[str]], "TaskGrouping"]
 
 
@@ -110,7 +111,7 @@ class EnvAdapter:
     offload: bool | ConfigChecker | str = False
     check_setup: ConfigChecker | str | None = None
 
-    def make_env(self, cfg: EnvConfig) -> BatchedEnv:
+    def make_env(self, cfg: Any) -> BatchedEnv:
         """Build the batched env of `cfg` (whose `env_type` is this adapter's)."""
         return resolve_ref(self.factory)(cfg)  # type: ignore[no-any-return]
 
@@ -118,18 +119,18 @@ class EnvAdapter:
         """Valid task names ([] without a task lister)."""
         return [] if self.task_lister is None else list(resolve_ref(self.task_lister)())
 
-    def check(self, cfg: EnvConfig) -> None:
+    def check(self, cfg: Any) -> None:
         """Raise ValueError if `cfg` has a setting this adapter refuses (nothing without a checker)."""
         if self.check_config is not None:
             resolve_ref(self.check_config)(cfg)
 
-    def check_machine(self, cfg: EnvConfig) -> None:
+    def check_machine(self, cfg: Any) -> None:
         """Raise a `SimulatorSetupError` if this machine lacks something the env of `cfg` needs (nothing without a
         `check_setup`)."""
         if self.check_setup is not None:
             resolve_ref(self.check_setup)(cfg)
 
-    def check_offload(self, cfg: EnvConfig) -> None:
+    def check_offload(self, cfg: Any) -> None:
         """Raise ValueError (one line) if the env of `cfg` cannot release its simulators between phases."""
         if self.offload is False:
             raise ValueError(

@@ -1,26 +1,22 @@
 """Checks across sections of a config whose sections are each valid: the algorithm against the model and envs,
 shapes that several sections must agree on, placement and sharding, the env adapters' own settings, and (on
-request) the machine the run starts on. Each problem is one line naming every key involved."""
+request) the GPUs of the machine the run starts on. Each problem is one line naming every key involved."""
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from train_embodied.checkpointing import AUTO, ResumeError, find_latest_checkpoint
-from train_embodied.config.sections import ClusterSection, ModelSection
+from train_embodied.config.sections import ClusterSection
+from train_embodied.config.train_config import TrainConfig
 from vla_algos import POLICY_LOSSES
 from vla_envs import EnvConfig
-
-if TYPE_CHECKING:
-    from train_embodied.config.build import TrainConfig
 
 
 def cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
     """One line per contradiction between sections of a config whose sections are each valid; with `check_paths`
-    also against this machine (its GPUs, `runner.resume_dir`, `actor.model.model_path`)."""
+    also against this machine (its GPUs)."""
     errors = _algorithm_env_checks(tc) + _rollout_shape_checks(tc)
     for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
         if env.first_row != 0:
@@ -119,23 +115,9 @@ def _rollout_shape_checks(tc: TrainConfig) -> list[str]:
 
 
 def _machine_checks(tc: TrainConfig) -> list[str]:
-    """The config against this machine: its GPUs, the checkpoint `runner.resume_dir` names and the
-    `actor.model.model_path` folder."""
-    model = tc.actor.model
-    errors = _check_gpus_here(tc.cluster)
-    if tc.runner.resume_dir and tc.runner.resume_dir != AUTO:
-        try:
-            find_latest_checkpoint(tc.runner.resume_dir)
-        except ResumeError as exc:
-            errors.append(str(exc))
-    if model.model_path and not os.path.isdir(model.model_path):
-        errors.append(
-            f"actor.model.model_path={model.model_path!r} is invalid: no such folder "
-            "(a folder written by save_pretrained, e.g. the vla-sft output)"
-        )
-    elif model.model_path:
-        errors += _check_model_folder(model)
-    return errors
+    """The config against this machine: the GPUs `cluster` asks for. What the run reads from disk (the run folder,
+    the resume checkpoint, the model folder) is `train_embodied.preflight`'s."""
+    return _check_gpus_here(tc.cluster)
 
 
 def _check_adapter_settings(env: EnvConfig, prefix: str) -> list[str]:
@@ -301,16 +283,3 @@ def _fixed_image_size(model_type: str) -> bool:
     from vla_models import family_names, get_family
 
     return model_type in family_names() and get_family(model_type).fixed_image_size
-
-
-def _check_model_folder(model: ModelSection) -> list[str]:
-    """The model folder's small files against the `actor.model` settings (no tensor is read): malformed JSON,
-    missing weights, a saved architecture the settings contradict."""
-    from train_embodied.policy_io import load_settings
-    from vla_models import check_checkpoint
-
-    try:
-        check_checkpoint(model.model_path, **load_settings(model))
-    except (ValueError, FileNotFoundError) as exc:
-        return [f"actor.model.model_path={model.model_path!r} is invalid: {exc}"]
-    return []

@@ -117,9 +117,6 @@ class ModelSection:
     model_type: str = "openvla_oft"
     """Policy family: a registered vla-models family (openvla, openvla_oft, openpi, or one a module
     registers)."""
-    model_name: str = "openvla_oft_tiny"
-    """The reference configs' label of the model, kept with the run's config; the architecture comes from
-    `model_type`, `size` and `model_path`."""
     size: str = "tiny"
     """`tiny` builds a small model from scratch (CPU runs); `full` loads the checkpoint at `model_path`."""
     model_path: str | None = None

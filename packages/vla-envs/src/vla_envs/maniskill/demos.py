@@ -225,7 +225,7 @@ def generate_maniskill_demos(
         The metadata written to meta.json: `success_rate` = successes / episodes written, and
         `attempt_success_rate` = successes / `attempted_episodes` (planner failures included).
     """
-    from vla_envs.demos import _write, progress_bar
+    from vla_envs.demos import progress_bar, write_demos
     from vla_envs.maniskill.runtime import check_task
 
     if episodes_per_task < 1:
@@ -273,7 +273,7 @@ def generate_maniskill_demos(
         raise RuntimeError(f"no demonstration succeeded for {tasks} (keep_failed={keep_failed})")
     if len(tasks) > 1:
         cfg = cfg.replace(task=None, task_set=list(tasks))
-    meta = _write(out, cfg, kept)
+    meta = write_demos(out, cfg, kept)
     # Planner attempts that left no episode (no plan found, or failures not kept) still count as failures.
     attempted = len(tasks) * episodes_per_task
     successes = sum(e["success"] for e in meta["episodes"])

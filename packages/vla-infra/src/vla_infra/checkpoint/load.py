@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from vla_infra.checkpoint.files import (
     is_distributed,
     one_line,
     process_rank,
+    read_json,
 )
 from vla_infra.checkpoint.rng import restore_rng_state
 from vla_infra.checkpoint.state_files import read_state, read_tensors
@@ -85,7 +85,7 @@ def load_checkpoint(
         raise CheckpointError(problem)
     if optimizer is not None and model is None:
         raise ValueError("loading optimizer state needs the model (its keys are parameter names)")
-    manifest = json.loads((path / MANIFEST).read_text())
+    manifest = read_json(path / MANIFEST)
     weights = read_tensors(path / MODEL_FILE)
     result = LoadedCheckpoint(path=path, step=manifest.get("step"), trainer_state={}, manifest=manifest)
     if model is None:

@@ -101,6 +101,13 @@ YAML_CASES = [
         "duplicate_key.yaml:6:3: YAML syntax error: found duplicate key",
     ),
     ("value-type-in-file", ["{tmp}/wrong_type.yaml"], "runner.max_epochs='many' is invalid: expected int"),
+    ("alias-bomb", ["{tmp}/alias_bomb.yaml"], "alias_bomb.yaml: its YAML aliases expand to more than 100000"),
+    (
+        "alias-bomb-in-a-group-file",
+        ["{tmp}/uses_bomb_env.yaml"],
+        "env/bomb_env.yaml: its YAML aliases expand to more than 100000",
+    ),
+    ("nesting-too-deep", ["{tmp}/deep_nesting.yaml"], "deep_nesting.yaml: nests deeper than the YAML parser"),
 ]
 
 FILE_CASES = [
@@ -260,6 +267,12 @@ MODEL_FOLDER_CASES = [
         "is not a published OpenVLA config (no timm_model_ids / text_config; its model_type is 'llama')",
     ),
     ("model-manifest-without-checksums", [CONFIG, MODEL + "no_checksums"], "has no sha256 for"),
+    ("model-config-too-deep", [CONFIG, MODEL + "deep_json"], "nests deeper than the JSON parser allows"),
+    (
+        "model-tokenizer-not-an-object",
+        [CONFIG, MODEL + "bad_tokenizer"],
+        "tokenizer.json holds a JSON array where a JSON object belongs",
+    ),
 ]
 
 CASES = KEY_CASES + YAML_CASES + FILE_CASES + GROUP_CASES + ENV_CASES + RESUME_CASES + MODEL_FOLDER_CASES
@@ -278,6 +291,14 @@ FILES = {
     "missing_base.yaml": "defaults:\n  - nothere\n  - _self_\n",
     "bad_default.yaml": "defaults:\n  - metaworld_ppo_tiny_cpu\n  - env@env.train: nope\n  - _self_\n",
     "notes.txt": "not a config\n",
+    # ten levels of ten aliases: 10^10 leaves once expanded, in 12 lines
+    "alias_bomb.yaml": BASE
+    + "bomb:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)),
+    "uses_bomb_env.yaml": "defaults:\n  - metaworld_ppo_tiny_cpu\n  - override env@env.train: bomb_env\n  - _self_\n",
+    "env/bomb_env.yaml": "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)),
+    "deep_nesting.yaml": BASE + "x: " + "[" * 50_000 + "]" * 50_000 + "\n",
 }
 
 
@@ -329,6 +350,7 @@ class _Hostile:
 def corpus(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("corpus")
     for name, text in FILES.items():
+        (tmp / name).parent.mkdir(exist_ok=True)
         (tmp / name).write_text(text)
     (tmp / "a_folder" / "sub").mkdir(parents=True)
     (_checkpoint(tmp / "interrupted") / "COMPLETE").unlink()
@@ -390,6 +412,8 @@ def _damaged_model_folders(root: Path) -> None:
             (folder / "manifest.json").unlink()
         return folder
 
+    (copy("deep_json") / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    (copy("bad_tokenizer") / "tokenizer.json").write_text("[1, 2]")
     flipped = copy("flipped", keep_manifest=True) / weights
     data = bytearray(flipped.read_bytes())
     data[len(data) // 2] ^= 0x01

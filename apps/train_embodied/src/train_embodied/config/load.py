@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from train_embodied.config.aliases import FILE_ALIASES, file_conflicts, override_conflicts, rewrite_override
 from train_embodied.config.build import ConfigError
 from train_embodied.config.defaults import register_base_configs
+from train_embodied.config.yaml_bounds import check_user_config
 
 #: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping, and refuse
 #: new keys in it): `cluster.component_placement={env: 0-3, rollout: 4-7, actor: 0-7}` drops the config's
@@ -108,6 +109,8 @@ def _explain_yaml_error(exc: yaml.YAMLError) -> str:
 def compose_config(config: str, overrides: list[str] | None = None) -> DictConfig:
     """Compose `config` with `overrides` (Hydra grammar). Raises ConfigError with one line per problem."""
     search_dir, name, extra = _resolve_config(config)
+    if extra:  # a user's files: bounded before Hydra copies their every node
+        check_user_config(Path(config).resolve())
     conflicts = override_conflicts(list(overrides or []))
     if conflicts:
         raise ConfigError(conflicts)

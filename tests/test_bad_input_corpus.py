@@ -69,6 +69,13 @@ KEY_CASES = [
     ("sft-lr", [CONFIG, "sft.lr=-1"], "sft.lr=-1.0 is invalid: must be > 0"),
     ("skip-limit", [CONFIG, "runner.max_consecutive_skipped_updates=0"], "max_consecutive_skipped_updates=0"),
     ("kl-beta", [CONFIG, "algorithm.kl_beta=-1"], "algorithm.kl_beta=-1.0 is invalid: must be >= 0.0"),
+    ("nan-lr", [CONFIG, "actor.optim.lr=nan"], "actor.optim.lr=nan is invalid: must be a finite number"),
+    ("inf-gamma", [CONFIG, "algorithm.gamma=inf"], "algorithm.gamma=inf is invalid: must be a finite number"),
+    (
+        "nan-worker-timeout",
+        [CONFIG, "env.train.worker_timeout_s=nan"],
+        "env.train.worker_timeout_s=nan is invalid: must be a finite number",
+    ),
     ("section-given-scalar", [CONFIG, "actor.optim=5"], "actor.optim=5 is invalid: expected a section"),
     ("override-grammar", [CONFIG, "runner.max_epochs=[1,"], "cannot compose config"),
     (

@@ -77,7 +77,11 @@ KEY_CASES = [
         "env.train.worker_timeout_s=nan is invalid: must be a finite number",
     ),
     ("section-given-scalar", [CONFIG, "actor.optim=5"], "actor.optim=5 is invalid: expected a section"),
-    ("override-grammar", [CONFIG, "runner.max_epochs=[1,"], "cannot compose config"),
+    (
+        "override-grammar",
+        [CONFIG, "runner.max_epochs=[1,"],
+        "'runner.max_epochs=[1,' is not an override Hydra",
+    ),
     (
         "experiment-name-escapes",
         [CONFIG, "runner.logger.experiment_name=../../x"],
@@ -94,6 +98,33 @@ KEY_CASES = [
         "notes.txt is not a folder",
     ),
     ("override-without-value", [CONFIG, "runner.max_epochs"], "Error parsing override 'runner.max_epochs'"),
+]
+
+#: Values Hydra's grammar cannot read unquoted (or reads as a sweep): each error line ends with the argument to
+#: paste instead (`pass <argument>`), and `test_quoting_hints_work_when_pasted` pastes it.
+QUOTING_CASES = [
+    (
+        "non-ascii",
+        [CONFIG, "runner.logger.log_path={tmp}/café"],
+        "pass \"runner.logger.log_path='{tmp}/café'\"",
+    ),
+    (
+        "semicolon",
+        [CONFIG, "runner.logger.log_path={tmp}/a;b"],
+        "pass \"runner.logger.log_path='{tmp}/a;b'\"",
+    ),
+    (
+        "parentheses",
+        [CONFIG, "runner.logger.log_path={tmp}/a(b)"],
+        "pass \"runner.logger.log_path='{tmp}/a(b)'",
+    ),
+    ("single-quote", [CONFIG, "runner.logger.log_path={tmp}/it's"], "is not an override Hydra can read"),
+    ("comma-sweep", [CONFIG, "env.train.task=reach-v3,push-v3"], "a comma makes Hydra read a sweep"),
+    (
+        "comma-in-a-mapping-key",
+        [CONFIG, "cluster.component_placement={env,rollout,actor: all}"],
+        "pass 'cluster.component_placement={env\\,rollout\\,actor: all}'",
+    ),
 ]
 
 YAML_CASES = [
@@ -282,7 +313,16 @@ MODEL_FOLDER_CASES = [
     ),
 ]
 
-CASES = KEY_CASES + YAML_CASES + FILE_CASES + GROUP_CASES + ENV_CASES + RESUME_CASES + MODEL_FOLDER_CASES
+CASES = (
+    KEY_CASES
+    + QUOTING_CASES
+    + YAML_CASES
+    + FILE_CASES
+    + GROUP_CASES
+    + ENV_CASES
+    + RESUME_CASES
+    + MODEL_FOLDER_CASES
+)
 
 BASE = "defaults:\n  - metaworld_ppo_tiny_cpu\n  - _self_\n"
 FILES = {
@@ -544,3 +584,38 @@ def test_the_real_command_fails_fast_without_traceback(corpus: Path, argv: list[
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (corpus / "runs").exists()  # nothing was started
     assert time.time() - t0 < 60
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"), [c[1:] for c in QUOTING_CASES], ids=[c[0] for c in QUOTING_CASES]
+)
+def test_quoting_hints_work_when_pasted(corpus: Path, argv: list[str], expected: str, capsys) -> None:
+    """The argument a quoting error suggests, split as a POSIX shell splits it, sets the value as written."""
+    import shlex
+
+    argv = [a.replace("{tmp}", str(corpus)) for a in argv]
+    with pytest.raises(SystemExit):
+        train_main([*argv, "--validate"])
+    line = capsys.readouterr().err.strip()
+    pasted = shlex.split(line.split(" pass ", 1)[1].split(" for the string")[0])
+    assert len(pasted) == 1, pasted
+    key, value = argv[1].split("=", 1)
+    try:  # --cfg prints the composed config: the value arrived as written
+        code = train_main([argv[0], *pasted, "--cfg"])
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    if key == "env.train.task":  # a string with a comma is no MetaWorld task: the value check speaks now
+        assert f"env.train.task='{value}' is not a metaworld task" in out.err
+        return
+    assert code in (0, None) and not out.err, out.err
+    import yaml
+
+    composed = yaml.safe_load(out.out)
+    node = composed
+    for part in key.split("."):
+        node = node[part]
+    if key == "cluster.component_placement":
+        assert node == {"env,rollout,actor": "all"}
+    else:
+        assert node == value

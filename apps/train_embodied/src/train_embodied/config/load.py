@@ -21,6 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from train_embodied.config.aliases import FILE_ALIASES, file_conflicts, override_conflicts, rewrite_override
 from train_embodied.config.build import ConfigError
 from train_embodied.config.defaults import register_base_configs
+from train_embodied.config.override_syntax import override_syntax_problems
 from train_embodied.config.yaml_bounds import check_user_config
 
 #: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping, and refuse
@@ -111,7 +112,7 @@ def compose_config(config: str, overrides: list[str] | None = None) -> DictConfi
     search_dir, name, extra = _resolve_config(config)
     if extra:  # a user's files: bounded before Hydra copies their every node
         check_user_config(Path(config).resolve())
-    conflicts = override_conflicts(list(overrides or []))
+    conflicts = override_syntax_problems(list(overrides or [])) or override_conflicts(list(overrides or []))
     if conflicts:
         raise ConfigError(conflicts)
     register_base_configs(sorted(p.stem for p in (config_dir() / "env").glob("*.yaml")))

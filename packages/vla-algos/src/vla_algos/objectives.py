@@ -50,17 +50,25 @@ def actor_loss(
     accepted and ignored.
 
     Args:
-        logprobs, old_logprobs, advantages, mask, clip_ratio_low, clip_ratio_high, dual_clip, clip_log_ratio_min,
-            clip_log_ratio_max: as :func:`vla_algos.ppo_actor_loss` (``mask`` may hold float loss weights).
+        logprobs: as :func:`vla_algos.ppo_actor_loss`, as are the arguments up to ``clip_log_ratio_max``.
+        old_logprobs: as there.
+        advantages: as there.
+        mask: as there (it may hold float loss weights).
+        clip_ratio_low: as there.
+        clip_ratio_high: as there.
+        dual_clip: as there.
+        clip_log_ratio_min: as there.
+        clip_log_ratio_max: as there.
         entropy: per-entry entropy (with grad) for the bonus and the ``actor/entropy_loss`` metric, or None.
         entropy_mask: mask of ``entropy`` (as :func:`vla_algos.entropy_loss`).
         entropy_coef: weight of the entropy bonus (subtracted).
-        weight_sum, entropy_weight_sum: normalisers of the policy and KL terms (weights ``mask``) and of the
-            entropy term (weights ``entropy_mask``), as :func:`vla_algos.agg_loss`: each term is
+        weight_sum: normaliser of the policy and KL terms (weights ``mask``); ``entropy_weight_sum`` is the
+            normaliser of the entropy term (weights ``entropy_mask``), as :func:`vla_algos.agg_loss`: each term is
             ``sum(w * x) / weight_sum``. For one micro-batch of a minibatch, the :func:`vla_algos.total_weight` of
             the whole minibatch's entries (computed once per minibatch), so that micro-batches (and ranks) add up
             to the minibatch's weighted mean, loss, metrics and gradient alike. None: the masked means over these
             entries.
+        entropy_weight_sum: normaliser of the entropy term, as ``weight_sum``.
         train_policy: False during a critic warm-up: the policy, entropy and KL terms give no gradient (their
             metrics are still returned).
         ref_logprobs: ``[*S]`` log-probs of the same entries under a frozen reference policy (e.g. the
@@ -135,11 +143,15 @@ def actor_critic_loss(
     """:func:`actor_loss` plus ``value_coef`` times the critic loss (``loss_type: actor_critic``, PPO).
 
     Args:
-        logprobs ... kl_kind: as :func:`actor_loss` (``train_policy=False`` keeps the critic term).
-        values, old_values, returns: ``[*V]`` critic inputs (required), as :func:`vla_algos.value_loss`.
+        logprobs: as :func:`actor_loss`, as are the arguments up to ``kl_kind`` (``train_policy=False`` keeps the
+            critic term).
+        values: ``[*V]`` critic input (required), as :func:`vla_algos.value_loss`.
+        old_values: ``[*V]`` critic input (required), as there.
+        returns: ``[*V]`` critic input (required), as there.
         value_mask: mask of the critic terms, ``[*V]`` or a leading part; None: all entries (the policy
             ``mask`` may be per action or hold loss weights, the critic has one value per sample).
-        value_clip, huber_delta: as :func:`vla_algos.value_loss`.
+        value_clip: as :func:`vla_algos.value_loss`.
+        huber_delta: as :func:`vla_algos.value_loss`.
         value_coef: weight of the critic loss.
         value_weight_sum: normaliser of the critic terms (weights ``value_mask``), as ``weight_sum`` for the
             policy term; None: their masked mean.

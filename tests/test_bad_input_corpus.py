@@ -307,6 +307,12 @@ MODEL_FOLDER_CASES = [
     ("model-manifest-without-checksums", [CONFIG, MODEL + "no_checksums"], "has no sha256 for"),
     ("model-config-too-deep", [CONFIG, MODEL + "deep_json"], "nests deeper than the JSON parser allows"),
     (
+        "model-is-a-run-checkpoint",
+        [CONFIG, "actor.model.model_path={tmp}/finished_run/checkpoints/global_step_1"],
+        "is a run checkpoint (training state), not a policy folder: pass the run's policy folder, "
+        "actor.model.model_path={tmp}/finished_run/policy",
+    ),
+    (
         "model-tokenizer-not-an-object",
         [CONFIG, MODEL + "bad_tokenizer"],
         "tokenizer.json holds a JSON array where a JSON object belongs",
@@ -415,6 +421,8 @@ def corpus(tmp_path_factory) -> Path:
     manifest = json.loads((old / "manifest.json").read_text())
     (old / "manifest.json").write_text(json.dumps({**manifest, "format_version": 1}))
     _model_folders(tmp / "models")
+    _checkpoint(tmp / "finished_run", _policy())
+    shutil.copytree(tmp / "models" / "tiny", tmp / "finished_run" / "policy")
     return tmp
 
 
@@ -619,3 +627,15 @@ def test_quoting_hints_work_when_pasted(corpus: Path, argv: list[str], expected:
         assert node == {"env,rollout,actor": "all"}
     else:
         assert node == value
+
+
+def test_vla_eval_given_a_run_checkpoint_names_the_policy_folder(corpus: Path, capsys) -> None:
+    from train_embodied.cli import eval_main
+
+    ckpt = corpus / "finished_run" / "checkpoints" / "global_step_1"
+    with pytest.raises(SystemExit) as info:
+        eval_main([CONFIG, f"actor.model.model_path={ckpt}", "--validate"])
+    line = capsys.readouterr().err.strip()
+    assert info.value.code == 2 and len(line.splitlines()) == 1
+    assert f"pass the run's policy folder, actor.model.model_path={corpus}/finished_run/policy" in line
+    assert eval_main([CONFIG, f"actor.model.model_path={corpus}/finished_run/policy", "--validate"]) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -81,7 +82,6 @@ def check_model_folder(section: ModelSection) -> list[str]:
     weights total at most `FULL_CHECK_BYTES` is loaded once here (every check of `vla_models.load_policy`:
     checksums, dtypes, shapes, NaN/inf); a larger one gets those that need no tensor values
     (`vla_models.check_checkpoint`, part of the config check) and the rest when the actor loads it."""
-    from pathlib import Path
 
     if not section.model_path or not Path(section.model_path).is_dir():
         return []
@@ -98,6 +98,28 @@ def check_model_folder(section: ModelSection) -> list[str]:
     return []
 
 
+def run_checkpoint_given(path: Path) -> str | None:
+    """One line when `model_path` is a run checkpoint (`<run>/checkpoints/global_step_N`: training state, no
+    config.json) rather than a policy folder, naming the folder to pass instead."""
+    from vla_infra.checkpoint import COMPLETE_MARKER, MODEL_FILE
+
+    if (path / "config.json").exists() or not (
+        (path / COMPLETE_MARKER).is_file() and (path / MODEL_FILE).is_file()
+    ):
+        return None
+    run = path.parent.parent if path.parent.name == "checkpoints" else None
+    policy = run / "policy" if run is not None and (run / "policy" / "config.json").is_file() else None
+    fix = (
+        f"pass the run's policy folder, actor.model.model_path={policy}"
+        if policy is not None
+        else "pass a policy folder (a run writes <run folder>/policy when it finishes)"
+    )
+    return (
+        f"actor.model.model_path={str(path)!r} is a run checkpoint (training state), not a policy folder: {fix}; "
+        f"to train on from this checkpoint, set runner.resume_dir={path} instead"
+    )
+
+
 def frozen_copy(policy: Policy) -> Policy:
     """A copy of `policy` that does not train (no gradients, eval mode): the KL penalty's reference policy.
 
@@ -112,7 +134,6 @@ def frozen_copy(policy: Policy) -> Policy:
 def _saved_value_head(path: str) -> bool:
     """Whether the checkpoint folder at `path` holds a value head (config.json `vla_models.add_value_head`)."""
     import json
-    from pathlib import Path
 
     config = Path(path) / "config.json"
     if not config.exists():

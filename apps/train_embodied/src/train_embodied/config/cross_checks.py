@@ -304,9 +304,13 @@ def _fixed_image_size(model_type: str) -> bool:
 def _check_model_folder(model: ModelSection) -> list[str]:
     """The model folder's small files against the `actor.model` settings (no tensor is read): malformed JSON,
     missing weights, a saved architecture the settings contradict."""
-    from train_embodied.policy_io import load_settings
+    from pathlib import Path
+
+    from train_embodied.policy_io import load_settings, run_checkpoint_given
     from vla_models import check_checkpoint
 
+    if problem := run_checkpoint_given(Path(model.model_path)):
+        return [problem]
     try:
         check_checkpoint(model.model_path, **load_settings(model))
     except (ValueError, FileNotFoundError) as exc:

@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from train_embodied.config.aliases import FILE_ALIASES, file_conflicts, override_conflicts, rewrite_override
 from train_embodied.config.build import ConfigError
 from train_embodied.config.defaults import register_base_configs
-from train_embodied.config.override_syntax import override_syntax_problems
+from train_embodied.config.override_syntax import hydra_quoted, override_syntax_problems
 from train_embodied.config.yaml_bounds import check_user_config
 
 #: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping, and refuse
@@ -68,7 +68,8 @@ def _resolve_config(config: str) -> tuple[Path, str, list[str]]:
         if path.suffix not in (".yaml", ".yml"):
             raise ConfigError([f"config file {config!r} is not a .yaml/.yml file"])
         # A user file can use the app's groups (env/, model/, algorithm/, common/): add them to the search path.
-        return path.resolve().parent, path.stem, [f"hydra.searchpath=[file://{config_dir()}]"]
+        searchpath = hydra_quoted(f"file://{config_dir()}")  # the install folder may hold spaces or commas
+        return path.resolve().parent, path.stem, [f"hydra.searchpath=[{searchpath}]"]
     if config not in list_configs():
         import difflib
 

@@ -48,7 +48,7 @@ def _fix(item: str, *, list_form: bool = False) -> str:
     if value.startswith(("[", "{")) and not list_form:
         return f"check its brackets (a list is [a,b], a mapping {{k: v}}), or pass {string} for the string"
     text = f"{_NEEDS_QUOTES}; pass {string}"
-    if list_form:
+    if list_form and not any(c in value for c in " '\";()=[]{}") and value.isascii():
         text += f" for the string, or {_shell_quoted(f'{key}=[{value}]')} for a list"
     return text
 

@@ -639,3 +639,34 @@ def test_vla_eval_given_a_run_checkpoint_names_the_policy_folder(corpus: Path, c
     assert info.value.code == 2 and len(line.splitlines()) == 1
     assert f"pass the run's policy folder, actor.model.model_path={corpus}/finished_run/policy" in line
     assert eval_main([CONFIG, f"actor.model.model_path={corpus}/finished_run/policy", "--validate"]) == 0
+
+
+def _without_root_file_access() -> list[str]:
+    """A command prefix under which file permissions hold: root reads every file unless it drops the
+    capabilities that bypass permission checks (util-linux's setpriv); other users need nothing."""
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+@pytest.mark.parametrize("what", ["config-file", "model-config", "model-weights"])
+def test_an_unreadable_file_is_one_line(corpus: Path, tmp_path: Path, what: str) -> None:
+    folder = tmp_path / "policy"
+    shutil.copytree(corpus / "models" / "tiny", folder)
+    config = tmp_path / "mine.yaml"
+    config.write_text(BASE)
+    target = {
+        "config-file": config,
+        "model-config": folder / "config.json",
+        "model-weights": next(folder.glob("model-*.safetensors")),
+    }[what]
+    target.chmod(0)
+    proc = subprocess.run(
+        [*_without_root_file_access(), sys.executable, "-m", "train_embodied.cli", str(config),
+         f"actor.model.model_path={folder}", "--validate"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{target.name}" in lines[0] and "cannot be read: Permission denied" in lines[0], lines[0]

@@ -67,6 +67,10 @@ def _resolve_config(config: str) -> tuple[Path, str, list[str]]:
             raise ConfigError([f"config file {config!r} does not exist"])
         if path.suffix not in (".yaml", ".yml"):
             raise ConfigError([f"config file {config!r} is not a .yaml/.yml file"])
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            raise ConfigError([f"config file {config!r} cannot be read: {exc.strerror or exc}"]) from None
         # A user file can use the app's groups (env/, model/, algorithm/, common/): add them to the search path.
         searchpath = hydra_quoted(f"file://{config_dir()}")  # the install folder may hold spaces or commas
         return path.resolve().parent, path.stem, [f"hydra.searchpath=[{searchpath}]"]

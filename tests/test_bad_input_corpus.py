@@ -258,6 +258,22 @@ RESUME_CASES = [
         "state/rank0.json is not a readable json file",
     ),
     ("resume-pickle-format", [CONFIG, "runner.resume_dir={tmp}/format_1"], "is in checkpoint format 1;"),
+    (
+        "resume-negative-iteration",
+        [CONFIG, "runner.resume_dir={tmp}/negative_iteration"],
+        "the trainer state's iteration=-3 is not a count (an int >= 0)",
+    ),
+    (
+        "resume-text-iteration",
+        [CONFIG, "runner.resume_dir={tmp}/text_iteration"],
+        "the trainer state's iteration='three' is not a count",
+    ),
+    (
+        "resume-past-max-epochs",
+        [CONFIG, "runner.resume_dir={tmp}/past_the_end"],
+        "was saved after iteration 999, past the 20 iterations this run trains (runner.max_epochs=20): nothing is "
+        "left to train",
+    ),
 ]
 
 #: Model folders (`actor.model.model_path`): missing files, config.json that is not JSON, shapes or settings that
@@ -355,7 +371,7 @@ FILES = {
 }
 
 
-def _checkpoint(run: Path, model: torch.nn.Module | None = None) -> Path:
+def _checkpoint(run: Path, model: torch.nn.Module | None = None, trainer: dict | None = None) -> Path:
     from vla_infra.checkpoint import checkpoint_dir, save_checkpoint
 
     optimizer = torch.optim.AdamW(model.parameters()) if model is not None else None
@@ -363,7 +379,7 @@ def _checkpoint(run: Path, model: torch.nn.Module | None = None) -> Path:
         checkpoint_dir(run / "checkpoints", 1),
         model if model is not None else {"w": torch.arange(64.0)},
         optimizer,
-        {"step": 1, "epoch": 1},
+        trainer or {"step": 1, "epoch": 1},
     )
 
 
@@ -421,6 +437,8 @@ def corpus(tmp_path_factory) -> Path:
     manifest = json.loads((old / "manifest.json").read_text())
     (old / "manifest.json").write_text(json.dumps({**manifest, "format_version": 1}))
     _model_folders(tmp / "models")
+    for name, iteration in (("negative_iteration", -3), ("text_iteration", "three"), ("past_the_end", 999)):
+        _checkpoint(tmp / name, trainer={"step": 1, "iteration": iteration})
     _checkpoint(tmp / "finished_run", _policy())
     shutil.copytree(tmp / "models" / "tiny", tmp / "finished_run" / "policy")
     return tmp

@@ -28,6 +28,7 @@ from vla_infra import (
     checkpoint_problem,
     checkpoint_tensor_shapes,
     latest_checkpoint,
+    read_trainer_state,
 )
 
 AUTO = "auto"
@@ -117,6 +118,16 @@ def check_resume(tc: Any) -> list[str]:
         return [
             text if text.startswith("runner.resume_dir=") else f"runner.resume_dir={resume_dir!r}: {text}"
         ]
+    try:
+        done = RunState.from_dict(read_trainer_state(found)).iteration
+    except (CheckpointError, ValueError) as exc:
+        return [f"runner.resume_dir={resume_dir!r}: {found}: {exc}"]
+    if done > tc.runner.num_iterations:
+        return [
+            f"runner.resume_dir={resume_dir!r}: {found} was saved after iteration {done}, past the "
+            f"{tc.runner.num_iterations} iterations this run trains ({_length_keys(tc.runner)}): nothing is left to "
+            "train; raise runner.max_epochs to train on"
+        ]
     expected = _policy_shapes(tc.actor.model)
     for name, shape in sorted(shapes.items()):
         if name in expected and expected[name] != shape:
@@ -125,6 +136,12 @@ def check_resume(tc: Any) -> list[str]:
                 f"the policy actor.model describes has {expected[name]} (a checkpoint of another model size)"
             ]
     return []
+
+
+def _length_keys(runner: Any) -> str:
+    """The settings that fix a run's length, as `key=value`."""
+    keys = f"runner.max_epochs={runner.max_epochs}"
+    return keys + (f", runner.max_steps={runner.max_steps}" if runner.max_steps >= 0 else "")
 
 
 def _policy_shapes(section: Any) -> dict[str, list[int]]:

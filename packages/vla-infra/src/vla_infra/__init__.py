@@ -68,6 +68,7 @@ _EXPORTS.update(
         # checkpoints
         "save_checkpoint": "vla_infra.checkpoint",
         "load_checkpoint": "vla_infra.checkpoint",
+        "read_trainer_state": "vla_infra.checkpoint",
         "latest_checkpoint": "vla_infra.checkpoint",
         "checkpoint_dir": "vla_infra.checkpoint",
         "is_complete": "vla_infra.checkpoint",

@@ -39,7 +39,9 @@ def checkpoint_problem(ckpt_dir: str | os.PathLike[str], *, checksums: bool = Tr
         hashes = dict(manifest.get("sha256") or {})
         version = manifest.get("format_version")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return f"{path / MANIFEST} is missing or unreadable ({one_line(exc)}): the checkpoint cannot be checked"
+        return (
+            f"{path / MANIFEST} is missing or unreadable ({one_line(exc)}): the checkpoint cannot be checked"
+        )
     if version != FORMAT_VERSION:
         return (
             f"{path} is in checkpoint format {version!r}; this version reads format {FORMAT_VERSION} only "

@@ -52,6 +52,22 @@ KEY_CASES = [
     ("backend", [CONFIG, "cluster.backend=slurm"], "cluster.backend='slurm' is not one of: local, ray"),
     ("placement", [CONFIG, "cluster.component_placement={env: 0-99}"], "cluster.component_placement="),
     ("restarts", [CONFIG, "cluster.max_worker_restarts=-1"], "cluster.max_worker_restarts=-1 is invalid"),
+    ("run-restarts", [CONFIG, "runner.max_restarts=-1"], "runner.max_restarts=-1 is invalid: must be >= 0"),
+    (
+        "worker-timeout-nan",
+        [CONFIG, "cluster.worker_timeout_s=nan"],
+        "cluster.worker_timeout_s=nan is invalid: must be a finite number of seconds > 0",
+    ),
+    (
+        "worker-timeout-zero",
+        [CONFIG, "cluster.worker_timeout_s=0"],
+        "cluster.worker_timeout_s=0.0 is invalid: must be a finite number of seconds > 0",
+    ),
+    (
+        "worker-start-timeout-inf",
+        [CONFIG, "cluster.worker_start_timeout_s=inf"],
+        "cluster.worker_start_timeout_s=inf is invalid: must be a finite number of seconds > 0",
+    ),
     ("temperature", [CONFIG, "rollout.temperature=0"], "rollout.temperature=0.0 is invalid: must be > 0"),
     ("greedy-rollouts", [CONFIG, "rollout.do_sample=false"], "rollout.do_sample=False is not supported"),
     ("adam-betas", [CONFIG, "actor.optim.adam_betas=[0.9]"], "actor.optim.adam_betas=[0.9] is invalid"),

@@ -118,7 +118,7 @@ def test_config_checks_a_registered_estimator_and_loss_by_their_properties(regis
     ]
     assert _errors([*new, "env.train.auto_reset=true"]) == [
         "env.train.auto_reset=True is invalid with algorithm.adv_type='group_baseline': a group score is one "
-        "episode per env (set env.train.auto_reset=false)"
+        "episode per env: set `env.train.auto_reset=false`"
     ]
     assert _errors([*new, "rollout.pipeline_stage_num=8"]) == [
         "env.train.num_envs=16 is invalid with rollout.pipeline_stage_num=8: each pipeline stage needs the same "
@@ -141,13 +141,13 @@ def test_config_checks_a_registered_estimator_and_loss_by_their_properties(regis
     ]
     assert _errors(["algorithm.loss_type=actor_critic"]) == [
         "actor.model.add_value_head=False is invalid with algorithm.loss_type='actor_critic': the critic is the "
-        "value head (set actor.model.add_value_head=true or algorithm.loss_type to a loss without a value term: "
-        "actor, reinforce)"
+        "value head: set `actor.model.add_value_head=true`, or algorithm.loss_type to a loss without a value term "
+        "(actor, reinforce)"
     ]
     # the critic warm-up needs a value term
     assert _errors([*new, "algorithm.critic_warmup_epochs=1"]) == [
-        "algorithm.critic_warmup_epochs=1 needs a critic: set it to 0 or algorithm.loss_type to a loss with a value "
-        "term (actor_critic)"
+        "algorithm.critic_warmup_epochs=1 needs a critic: set `algorithm.critic_warmup_epochs=0`, or "
+        "algorithm.loss_type to a loss with a value term (actor_critic)"
     ]
     # the allowed values named in a message are the registered ones
     assert _errors(["algorithm.adv_type=gea"]) == [

@@ -55,12 +55,12 @@ def compute_advantages(
     estimator = get_advantage_estimator(algo.adv_type)
     if estimator.needs_values and batch.values is None:
         raise ValueError(
-            f"algorithm.adv_type={algo.adv_type!r} needs values: set actor.model.add_value_head=true"
+            f"algorithm.adv_type={algo.adv_type!r} needs values: set `actor.model.add_value_head=true`"
         )
     if algo.filter_rewards and not estimator.grouped_starts and algo.per_task_advantages == "none":
         raise ValueError(
             f"algorithm.filter_rewards=True with algorithm.adv_type={algo.adv_type!r} needs the rows grouped by "
-            "task: set algorithm.per_task_advantages to center or whiten"
+            "task: set `algorithm.per_task_advantages=center` or `algorithm.per_task_advantages=whiten`"
         )
     groups, num_groups = (None, None)
     if algo.per_task_advantages != "none":

@@ -29,6 +29,7 @@ from vla_infra import (
     checkpoint_tensor_shapes,
     latest_checkpoint,
     read_trainer_state,
+    phase,
 )
 
 AUTO = "auto"
@@ -199,9 +200,11 @@ def save_run_checkpoint(log_dir: str | Path, actor: Any, state: RunState) -> Pat
         checkpoint_problem(path) is None
     ):  # already saved after this iteration (save_interval hit the last one)
         return path
-    return Path(actor.save_checkpoint(str(path), state.to_dict()))
+    with phase("checkpoint"):
+        return Path(actor.save_checkpoint(str(path), state.to_dict()))
 
 
 def load_run_checkpoint(path: Path, actor: Any) -> RunState:
     """Restore the actor from `path`; returns the trainer state saved with it."""
-    return RunState.from_dict(actor.load_checkpoint(str(path)))
+    with phase("resume"):
+        return RunState.from_dict(actor.load_checkpoint(str(path)))

@@ -14,6 +14,7 @@ from train_embodied.evaluation import episode_tasks, eval_table_metrics, evaluat
 from train_embodied.run_workers import RunWorkers
 from train_embodied.seeds import stream_seed
 from vla_envs import TaskGrouping, evaluation_table, format_evaluation_tables
+from vla_infra import phase
 
 
 def run_eval(
@@ -36,11 +37,12 @@ def run_eval(
         tc.eval_run.eval_repeats,
     )
     out: dict[str, float] = {}
-    w.env_eval.set_iteration(iteration)
-    for mode in eval_modes(tc):
-        out.update(_eval_mode(tc, w, tag, mode, ids, tables))
-    w.rollout.offload()  # rollout.enable_offload (else a no-op)
-    w.env_eval.offload()  # env.eval.enable_offload: stop the simulators until the next evaluation (else a no-op)
+    with phase("evaluation"):  # names a worker that fails meanwhile
+        w.env_eval.set_iteration(iteration)
+        for mode in eval_modes(tc):
+            out.update(_eval_mode(tc, w, tag, mode, ids, tables))
+        w.rollout.offload()  # rollout.enable_offload (else a no-op)
+        w.env_eval.offload()  # env.eval.enable_offload: stop the simulators until the next evaluation
     return out
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from train_embodied.progress import progress_bar
 from vla_envs import reset_state_ids, split_reset_state_ids
 
 
@@ -38,7 +38,7 @@ def evaluate(
     reset_ids: np.ndarray,
     max_decisions: int,
     mode: str,
-    progress: bool = False,
+    progress: bool | str = False,
     weight_version: int | None = None,
 ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
     """Run `num_episodes` held-out episodes with decoding `mode` ("sample" or "greedy").
@@ -48,7 +48,7 @@ def evaluate(
          per episode: reset_state_ids int64 [num_episodes], success_once float32 [num_episodes]).
     """
     success, returns, lengths = [], [], []
-    bar = tqdm(total=num_episodes, desc=f"eval ({mode})", leave=False, disable=not progress, unit="ep")
+    bar = progress_bar(progress, total=num_episodes, desc=f"eval ({mode})", leave=False, unit="ep")
     for start in range(0, num_episodes, num_envs):
         ids = reset_ids[start : start + num_envs]
         valid = len(ids)

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from train_embodied.batches import EnvStep, Prediction
+from train_embodied.progress import progress_bar
 from vla_envs import select_obs_rows
 from vla_models import concat_forward_inputs, pad_prompts
 
@@ -93,7 +93,7 @@ def collect_rollout(
     reset_kwargs: Sequence[dict[str, Any]],
     bootstrap_truncation: bool,
     stop_when_all_done: bool,
-    progress: bool = False,
+    progress: bool | str = False,
     desc: str = "rollout",
     weight_version: int | None = None,
     record_rows_from: int | None = None,
@@ -108,7 +108,7 @@ def collect_rollout(
         bootstrap_truncation: Compute V(final obs) of truncated episodes and of the last obs (needs a critic).
         stop_when_all_done: One episode per env (auto_reset off): decisions after an env's episode ended are
             masked out of the loss and the rollout stops once every env has finished.
-        progress: Show a tqdm bar.
+        progress: `runner.progress_bar`: a bar (True), none (False), or `auto` (`train_embodied.progress`).
         desc: Progress bar label.
         weight_version: The weight version the run last synced; a rollout rank holding another refuses to
             generate (StaleWeightsError).
@@ -127,7 +127,7 @@ def collect_rollout(
     first_scores = np.full(b_total, np.nan, dtype=np.float32)
     episodes: dict[str, list[np.ndarray]] = {"success_once": [], "return": [], "episode_len": []}
     env_steps = 0
-    bar = tqdm(total=num_decisions, desc=desc, leave=False, disable=not progress, unit="step")
+    bar = progress_bar(progress, total=num_decisions, desc=desc, leave=False, unit="step")
     for _ in range(num_decisions):
         # Pipeline: the policy acts on stage s while the simulators of stage s-1 are still stepping.
         outs, futures = [], []

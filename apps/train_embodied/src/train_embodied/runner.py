@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from train_embodied import seeds
 from train_embodied.checkpointing import choose_resume, load_run_checkpoint, save_run_checkpoint, should_save
@@ -35,6 +34,7 @@ from train_embodied.metrics import (
     rollout_episode_metrics,
 )
 from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates
+from train_embodied.progress import progress_bar
 from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollouts
 from train_embodied.run_state import RunState
 from train_embodied.run_workers import RunWorkers
@@ -194,12 +194,12 @@ def _trainer(tc: TrainConfig, w: RunWorkers, logger: RunLogger, log_dir: Path, s
     if estimator.grouped_starts:  # one episode per env
         num_decisions = min(num_decisions, tc.env_train.max_episode_steps)
     w.actor_rows(rollout_rows(tc, estimator.grouped_starts))  # refuses a split that would cut a group
-    progress = tqdm(
+    progress = progress_bar(
+        runner.progress_bar,
         desc=f"RL ({algo.adv_type})",
         unit="iteration",
         initial=state.iteration,
         total=runner.num_iterations,
-        disable=not runner.progress_bar,
     )
     return Trainer(
         tc, w, logger, log_dir, estimator, loss, num_decisions, state.iteration,

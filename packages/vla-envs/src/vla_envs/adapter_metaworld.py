@@ -83,5 +83,6 @@ METAWORLD = register_adapter(
             from_cli=demo_settings_from_cli,
         ),
         offload=True,
+        check_setup="vla_envs.metaworld.env:check_setup",
     )
 )

@@ -38,6 +38,21 @@ import numpy as np
 from vla_envs.config import EnvConfig
 from vla_envs.registry import adapters, get_adapter, resolve_ref
 
+#: The `progress` argument of the demo generators: a tqdm bar (True), none (False), or a bar factory called with
+#: tqdm's keywords (`total`, `desc`, `unit`) that returns an object with `update(n)` and `close()` (an app's bar
+#: that writes plain lines to a log, for instance).
+Progress = bool | Callable[..., Any]
+
+
+def progress_bar(progress: Progress, **kwargs: Any) -> Any:
+    """The bar `progress` asks for, built with tqdm's keywords `kwargs`."""
+    if callable(progress):
+        return progress(**kwargs)
+    from tqdm import tqdm
+
+    return tqdm(disable=not progress, **kwargs)
+
+
 FORMAT = "vla-envs-demos"
 FORMAT_VERSION = 1
 # Demo trials are drawn from ids >= DEMO_TRIAL_OFFSET so they never coincide with the evaluation starts
@@ -162,7 +177,11 @@ def demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> d
 
 
 def generate_demos(
-    out_dir: str | os.PathLike[str], settings: dict[str, Any], *, num_workers: int = 2, progress: bool = True
+    out_dir: str | os.PathLike[str],
+    settings: dict[str, Any],
+    *,
+    num_workers: int = 2,
+    progress: Progress = True,
 ) -> dict[str, Any]:
     """Write the demos `settings` (from `demo_settings`: `env_type` and its generator's keywords) describe to
     `out_dir` with the adapter's `ScriptedDemos.generate`; returns the summary."""
@@ -190,7 +209,7 @@ def generate_metaworld_demos(
     episodes_per_job: int = 5,
     start_method: str = "forkserver",
     seed: int = 0,
-    progress: bool = True,
+    progress: Progress = True,
 ) -> dict[str, Any]:
     """Roll out MetaWorld's scripted experts and write a demo directory (format in the module docstring).
 
@@ -206,7 +225,7 @@ def generate_metaworld_demos(
         episodes_per_job: Episodes per work item (one shard each).
         start_method: multiprocessing start method.
         seed: Offsets the trial ids, so that different seeds give different goal variations.
-        progress: Show a tqdm progress bar.
+        progress: A tqdm progress bar (True), none (False), or a bar factory (`Progress`).
 
     Returns:
         The metadata written to meta.json.
@@ -256,13 +275,11 @@ def run_demo_jobs(
     desc: str,
     num_workers: int,
     start_method: str,
-    progress: bool,
+    progress: Progress,
 ) -> list[dict[str, Any]]:
     """Run `run_job` (a module-level function, picklable) on every job, in this process (`num_workers=0`) or in a
     pool of worker processes, with a progress bar counting `episodes[i]` for job i; the results in job order."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=sum(episodes), desc=desc, unit="ep", disable=not progress)
+    bar = progress_bar(progress, total=sum(episodes), desc=desc, unit="ep")
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     if num_workers == 0:
         for i, job in enumerate(jobs):

@@ -96,6 +96,9 @@ class EnvAdapter:
         offload: whether the env can stop its simulators between phases and rebuild them (`offload()` /
             `onload()`, `env.enable_offload`): True, False, or a `(EnvConfig) -> Any` check that raises ValueError
             naming the setting that prevents it.
+        check_setup: `(EnvConfig) -> Any`: raise a `vla_envs.SimulatorSetupError` (one line: what this machine
+            lacks, the command that fixes it) when a package, asset, runtime or display library the env needs is
+            missing, found without starting a simulator. None: such lacks show when the env is built.
     """
 
     name: str
@@ -105,6 +108,7 @@ class EnvAdapter:
     task_grouping: GroupingFn | str | None = None
     demos: ScriptedDemos | None = None
     offload: bool | ConfigChecker | str = False
+    check_setup: ConfigChecker | str | None = None
 
     def make_env(self, cfg: EnvConfig) -> BatchedEnv:
         """Build the batched env of `cfg` (whose `env_type` is this adapter's)."""
@@ -118,6 +122,12 @@ class EnvAdapter:
         """Raise ValueError if `cfg` has a setting this adapter refuses (nothing without a checker)."""
         if self.check_config is not None:
             resolve_ref(self.check_config)(cfg)
+
+    def check_machine(self, cfg: EnvConfig) -> None:
+        """Raise a `SimulatorSetupError` if this machine lacks something the env of `cfg` needs (nothing without a
+        `check_setup`)."""
+        if self.check_setup is not None:
+            resolve_ref(self.check_setup)(cfg)
 
     def check_offload(self, cfg: EnvConfig) -> None:
         """Raise ValueError (one line) if the env of `cfg` cannot release its simulators between phases."""

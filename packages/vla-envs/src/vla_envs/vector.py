@@ -122,6 +122,11 @@ class VectorEnv(BatchedEnv):
         """Process ids of the simulator workers (empty while offloaded; this process's id for in-process ones)."""
         return self.pool.pids()
 
+    def abort(self) -> None:
+        """Kill every simulator worker at once, from another thread while a call on this env may be stuck waiting
+        for one (a stopped process): that call then fails instead of restarting them; the env is unusable after."""
+        self.pool.abort()
+
     def offload(self) -> None:
         """Stop every simulator worker, so that their processes and memory (renderers, physics, GPU contexts) go
         away until the next phase; a no-op when already offloaded or closed.

@@ -134,8 +134,8 @@ def _apply_robot_platform(cfg: dict[str, Any]) -> list[str]:
         return []
     if platform not in ROBOT_PLATFORM_NORMALIZATION:
         return [
-            f"ROBOT_PLATFORM={platform!r} is not one of: {', '.join(ROBOT_PLATFORM_NORMALIZATION)} (unset it, or "
-            "set actor.model.extra.normalization_type to bounds or bounds_q99)"
+            f"ROBOT_PLATFORM={platform!r} is not one of: {', '.join(ROBOT_PLATFORM_NORMALIZATION)}: run "
+            "`unset ROBOT_PLATFORM` (or export one of those)"
         ]
     from vla_models import family_names, get_family
 
@@ -150,7 +150,8 @@ def _apply_robot_platform(cfg: dict[str, Any]) -> list[str]:
     if given is not None and given != wanted:
         return [
             f"actor.model.extra.normalization_type={given!r} conflicts with ROBOT_PLATFORM={platform} (which "
-            f"selects {wanted!r}, as the official OpenVLA-OFT code does): unset one of them"
+            f"selects {wanted!r}, as the official OpenVLA-OFT code does): run `unset ROBOT_PLATFORM`, or drop "
+            "the setting with `~actor.model.extra.normalization_type`"
         ]
     model["extra"] = {**extra, "normalization_type": wanted}
     return []

@@ -55,19 +55,19 @@ def _algorithm_env_checks(tc: TrainConfig) -> list[str]:
     if loss.uses_critic and not model.add_value_head:
         errors.append(
             f"actor.model.add_value_head=False is invalid with algorithm.loss_type={algo.loss_type!r}: "
-            "the critic is the value head (set actor.model.add_value_head=true or algorithm.loss_type to a loss "
-            f"without a value term: {_names_without('uses_critic', POLICY_LOSSES)})"
+            "the critic is the value head: set `actor.model.add_value_head=true`, or algorithm.loss_type to a loss "
+            f"without a value term ({_names_without('uses_critic', POLICY_LOSSES)})"
         )
     if estimator.grouped_starts and tc.env_train.auto_reset:
         errors.append(
             f"env.train.auto_reset=True is invalid with algorithm.adv_type={algo.adv_type!r}: a group score is one "
-            "episode per env (set env.train.auto_reset=false)"
+            "episode per env: set `env.train.auto_reset=false`"
         )
     if not estimator.grouped_starts and algo.filter_rewards and tc.env_train.auto_reset:
         errors.append(
             "env.train.auto_reset=True is invalid with algorithm.filter_rewards=true and "
             f"algorithm.adv_type={algo.adv_type!r}: a task's score is the mean of its env rows' first-episode scores, "
-            "one episode per env (set env.train.auto_reset=false)"
+            "one episode per env: set `env.train.auto_reset=false`"
         )
     if algo.n_chunk_steps is not None:
         decisions = tc.train_run.max_steps_per_rollout_epoch // model.num_action_chunks
@@ -76,7 +76,7 @@ def _algorithm_env_checks(tc: TrainConfig) -> list[str]:
                 f"algorithm.n_chunk_steps={algo.n_chunk_steps!r} is invalid: the rollout takes "
                 f"env.train.max_steps_per_rollout_epoch={tc.train_run.max_steps_per_rollout_epoch!r} / "
                 f"actor.model.num_action_chunks={model.num_action_chunks!r} = {decisions} decisions per env "
-                "(set one so that they agree, or leave algorithm.n_chunk_steps null)"
+                "(set one so that they agree, or `algorithm.n_chunk_steps=null`)"
             )
     wandb = tc.trainer.logger.wandb
     if wandb.enable is False and "wandb" in tc.runner.logger.logger_backends:
@@ -231,18 +231,19 @@ def _check_actor_sharding(tc: TrainConfig) -> list[str]:
     if tc.cluster.backend != "ray":
         errors.append(
             f"cluster.backend={tc.cluster.backend!r} is invalid: {where}, and sharded training needs one OS "
-            "process per rank (the local backend runs every rank in this process): set cluster.backend=ray"
+            "process per rank (the local backend runs every rank in this process): set `cluster.backend=ray`"
         )
     fsdp = tc.actor.fsdp_config
     if fsdp.strategy == "none":
         errors.append(
             f"actor.fsdp_config.strategy={fsdp.strategy!r} is invalid: {where}, which are trained sharded: "
-            "set actor.fsdp_config.strategy=fsdp2 (or fsdp; both mean FSDP2), or place the actor on one process"
+            "set `actor.fsdp_config.strategy=fsdp2` (or fsdp; both mean FSDP2), or place the actor on one process"
         )
     elif fsdp.sharding_strategy not in ("full_shard", "shard_grad_op"):
         errors.append(
             f"actor.fsdp_config.sharding_strategy={fsdp.sharding_strategy!r} is not supported with {n} actor "
-            "processes: use full_shard or shard_grad_op"
+            "processes: set `actor.fsdp_config.sharding_strategy=full_shard` or "
+            "`actor.fsdp_config.sharding_strategy=shard_grad_op`"
         )
     return errors
 
@@ -265,8 +266,9 @@ def _check_gpus_here(cluster: ClusterSection) -> list[str]:
     )
     return [
         f"cluster.num_gpus_per_node={cluster.num_gpus_per_node!r} is invalid on this machine: it has {here} CUDA "
-        f"GPU(s) and {where} runs every component here (for a CPU run set cluster.num_gpus_per_node=0 and "
-        "cluster.component_placement={env,rollout,actor: all}; to use a Ray cluster set cluster.ray_address)"
+        f"GPU(s) and {where} runs every component here: for a CPU run set "
+        "`cluster.num_gpus_per_node=0 'cluster.component_placement={env\\,rollout\\,actor: all}'` (the commas "
+        "escaped, the override quoted), or to use a Ray cluster set cluster.ray_address"
     ]
 
 
@@ -287,8 +289,8 @@ def _wrist_camera_contradictions(tc: TrainConfig) -> list[str]:
         if env.wrist_camera is not None and camera.get("collect_wrist_camera") is False:
             errors.append(
                 f"{name}.wrist_camera={env.wrist_camera!r} contradicts {name}.task_config.camera."
-                "collect_wrist_camera=False: they are one setting (set collect_wrist_camera true, or wrist_camera "
-                "null)"
+                f"collect_wrist_camera=False: they are one setting: set `{name}.task_config.camera."
+                f"collect_wrist_camera=true` or `{name}.wrist_camera=null`"
             )
     return errors
 

@@ -164,8 +164,8 @@ class AlgorithmSection:
         critic_losses = with_property(POLICY_LOSSES, "uses_critic")
         if self.critic_warmup_epochs > 0 and loss is not None and not loss.uses_critic:
             errors.append(
-                f"{prefix}.critic_warmup_epochs={self.critic_warmup_epochs!r} needs a critic: set it to 0 "
-                f"or {prefix}.loss_type to a loss with a value term ({critic_losses})"
+                f"{prefix}.critic_warmup_epochs={self.critic_warmup_epochs!r} needs a critic: set "
+                f"`{prefix}.critic_warmup_epochs=0`, or {prefix}.loss_type to a loss with a value term ({critic_losses})"
             )
         if self.rewards_lower_bound > self.rewards_upper_bound:
             errors.append(
@@ -185,8 +185,9 @@ class AlgorithmSection:
                 f"{prefix}.per_task_advantages='none': without same-start groups (adv_type "
                 f"{with_property(ADVANTAGE_ESTIMATORS, 'grouped_starts')}) the filter leaves out of the policy loss the tasks "
                 f"whose mean episode score in a rollout is outside [{prefix}.rewards_lower_bound, "
-                f"{prefix}.rewards_upper_bound], which needs the rows grouped by task (set {prefix}.per_task_advantages "
-                f"to center or whiten, or {prefix}.filter_rewards=false)"
+                f"{prefix}.rewards_upper_bound], which needs the rows grouped by task: set "
+                f"`{prefix}.per_task_advantages=center`, `{prefix}.per_task_advantages=whiten` or "
+                f"`{prefix}.filter_rewards=false`"
             )
         if estimator is not None and loss is not None and estimator.needs_values and not loss.uses_critic:
             errors.append(

@@ -3,6 +3,7 @@ documents' logger spelling), `cluster` (nodes, GPUs, backend, placement) and `sf
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +79,11 @@ class RunnerSection:
     iterations. An iteration's number (1-based) is the `step` its metrics are logged at and the N of the
     `global_step_N` checkpoint saved after it; the actor's optimizer steps are a separate count
     (`train/actor/optimizer_steps`, `optimizer_steps` in the run summary).
+
+    `max_restarts`: how many times a run that lost a worker for good (a node left the Ray cluster, a worker did not
+    answer within `cluster.worker_timeout_s`, a worker died more than `cluster.max_worker_restarts` times) starts
+    again from its last complete checkpoint in its run folder, once the cluster has its nodes again (waiting up to
+    `cluster.worker_start_timeout_s`); 0 (default): the run ends with one line naming the worker and that checkpoint.
     """
 
     task_type: str = "embodied"
@@ -109,18 +115,24 @@ class RunnerSection:
     evaluation)."""
     seed: int = 0
     """Run seed: every random draw of the run (env starts, sampling, shuffles) takes a stream seeded by it."""
-    progress_bar: bool = True
-    """Show progress bars for demos, the warm start, evaluations, iterations and rollouts."""
+    progress_bar: bool | str = "auto"
+    """Progress bars for demos, the warm start, evaluations, iterations and rollouts: `auto` draws them on a
+    terminal and prints a plain line every few seconds in a piped or redirected log; true: always bars; false:
+    none."""
     torch_num_threads: int = 1
     """Intra-op threads of torch in the driver and the workers (1: fastest on a small shared CPU; 0: torch's
     default)."""
     max_consecutive_skipped_updates: int = 3
     """Updates in a row that may be skipped for a NaN or inf in the loss, gradients or advantages before the
     run ends with one line."""
+    max_restarts: int = 0
+    """Times a run that lost a worker or a node starts again from its last complete checkpoint (once the cluster
+    has its nodes again) before it ends with one line; 0: never."""
 
     def check(self, prefix: str) -> list[str]:
         return (
             at_least(f"{prefix}.max_consecutive_skipped_updates", self.max_consecutive_skipped_updates, 1)
+            + at_least(f"{prefix}.max_restarts", self.max_restarts, 0)
             + at_least(f"{prefix}.torch_num_threads", self.torch_num_threads, 0)
             + one_of(f"{prefix}.task_type", self.task_type, ("embodied",))
             + at_least(f"{prefix}.max_epochs", self.max_epochs, 0)
@@ -129,6 +141,11 @@ class RunnerSection:
             + at_least(f"{prefix}.save_interval", self.save_interval, 1, allow=(-1,))
             + at_least(f"{prefix}.weight_sync_interval", self.weight_sync_interval, 1)
             + at_least(f"{prefix}.seed", self.seed, 0)
+            + (
+                []
+                if self.progress_bar in (True, False, "auto")
+                else [f"{prefix}.progress_bar={self.progress_bar!r} is not one of: true, false, auto"]
+            )
         )
 
     @property
@@ -140,7 +157,12 @@ class RunnerSection:
 @dataclass
 class ClusterSection:
     """`cluster`: nodes, GPUs per node, backend and `component_placement` strings; `max_worker_restarts`: how
-    many times each env or rollout Ray actor is replaced after it died before the run ends (the Ray backend)."""
+    many times each env or rollout Ray actor is replaced after it died before the run ends (the Ray backend);
+    `worker_timeout_s`: how long the driver waits for any one worker call (a rollout step, an update, a weight
+    sync, a checkpoint save) before it ends the run naming the worker that does not answer (what the reference
+    framework sets in minutes with the `RLINF_TIMEOUT` environment variable); `worker_start_timeout_s`: how long a
+    worker may take to start (its process, the model to load, the simulators to build) and, on a Ray cluster it
+    joins, how long the run waits for `num_nodes` nodes to be alive."""
 
     num_nodes: int = 1
     """Machines the run uses; more than one needs `backend: ray`."""
@@ -157,6 +179,12 @@ class ClusterSection:
     `env,rollout,actor: all`); empty: every component on every slot."""
     max_worker_restarts: int = 3
     """Times each env or rollout Ray actor whose process died is replaced before the run ends (Ray)."""
+    worker_timeout_s: float = 1800.0
+    """Seconds the driver waits for any one worker call (a rollout step, an update, a weight sync, a save) before
+    it ends the run naming the worker that does not answer (the reference's `RLINF_TIMEOUT`, in minutes there)."""
+    worker_start_timeout_s: float = 3600.0
+    """Seconds a worker may take to start (its process, model and simulators) and, on a Ray cluster it joins, the
+    wait for `num_nodes` nodes to be alive."""
 
     def __post_init__(self) -> None:
         if not self.component_placement:  # empty: every component on every slot
@@ -166,10 +194,17 @@ class ClusterSection:
         errors = at_least(f"{prefix}.num_nodes", self.num_nodes, 1)
         errors += at_least(f"{prefix}.num_gpus_per_node", self.num_gpus_per_node, 0)
         errors += at_least(f"{prefix}.max_worker_restarts", self.max_worker_restarts, 0)
+        for key in ("worker_timeout_s", "worker_start_timeout_s"):
+            timeout = getattr(self, key)
+            number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+            if not (number and math.isfinite(timeout) and timeout > 0):
+                errors.append(
+                    f"{prefix}.{key}={timeout!r} is invalid: must be a finite number of seconds > 0"
+                )
         errors += one_of(f"{prefix}.backend", self.backend, BACKENDS)
         if self.backend == "local" and self.num_nodes > 1:
             errors.append(
-                f"{prefix}.backend='local' cannot use {prefix}.num_nodes={self.num_nodes}: set {prefix}.backend=ray"
+                f"{prefix}.backend='local' cannot use {prefix}.num_nodes={self.num_nodes}: set `{prefix}.backend=ray`"
             )
         return errors
 

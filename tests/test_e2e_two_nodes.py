@@ -84,7 +84,9 @@ def test_two_nodes_train_like_one(algo: str, cluster: TwoNodes, tmp_path: Path, 
     placed: dict[str, list[int]] = {}
     sync = runner._sync_weights
 
-    def checked_sync(self: RunWorkers, state) -> None:  # the real sync, then each rollout rank's weights compared
+    def checked_sync(
+        self: RunWorkers, state
+    ) -> None:  # the real sync, then each rollout rank's weights compared
         sync(self, state)
         version = state.weight_version
         actor = self.actor.state_dict()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -86,7 +87,6 @@ def frozen_copy(policy: Policy) -> Policy:
 def _saved_value_head(path: str) -> bool:
     """Whether the checkpoint folder at `path` holds a value head (config.json `vla_models.add_value_head`)."""
     import json
-    from pathlib import Path
 
     config = Path(path) / "config.json"
     if not config.exists():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -25,7 +26,14 @@ from train_embodied.config.sections import ModelSection
 from train_embodied.config.train_config import TrainConfig
 from train_embodied.policy_io import build_policy_for_run, load_settings, model_config
 from train_embodied.run_folder import folder_problem
-from vla_infra import CheckpointError, checkpoint_tensor_shapes
+from train_embodied.run_state import RunState
+from vla_infra import (
+    COMPLETE_MARKER,
+    MODEL_FILE,
+    CheckpointError,
+    checkpoint_tensor_shapes,
+    read_trainer_state,
+)
 from vla_models import build_policy, check_checkpoint
 
 #: model folders with at most this many bytes of weights are loaded once by the preflight
@@ -58,6 +66,16 @@ def resume_problems(tc: TrainConfig) -> list[str]:
         return [
             text if text.startswith("runner.resume_dir=") else f"runner.resume_dir={resume_dir!r}: {text}"
         ]
+    try:
+        done = RunState.from_dict(read_trainer_state(found)).iteration
+    except (CheckpointError, ValueError) as exc:
+        return [f"runner.resume_dir={resume_dir!r}: {found}: {exc}"]
+    if done > tc.runner.num_iterations:
+        return [
+            f"runner.resume_dir={resume_dir!r}: {found} was saved after iteration {done}, past the "
+            f"{tc.runner.num_iterations} iterations this run trains ({_length_keys(tc.runner)}): nothing is left to "
+            "train; raise runner.max_epochs to train on"
+        ]
     expected = _policy_shapes(tc.actor.model)
     for name, shape in sorted(shapes.items()):
         if name in expected and expected[name] != shape:
@@ -83,6 +101,8 @@ def model_folder_problems(tc: TrainConfig) -> list[str]:
             f"actor.model.model_path={path!r} is invalid: no such folder "
             "(a folder written by save_pretrained, e.g. the vla-sft output)"
         ]
+    if problem := run_checkpoint_given(Path(path)):
+        return [problem]
     problem = _saved_files_problem(section) or _load_problem(section)
     return [f"actor.model.model_path={path!r} is invalid: {problem}"] if problem else []
 
@@ -96,6 +116,32 @@ SFT_CHECKS: tuple[Check, ...] = (run_folder_problems, resume_problems)
 def preflight(tc: TrainConfig, checks: Sequence[Check] = TRAIN_CHECKS) -> list[str]:
     """Every problem `checks` find for the run `tc` describes, one line each, in the order of `checks`."""
     return [line for check in checks for line in check(tc)]
+
+
+def run_checkpoint_given(path: Path) -> str | None:
+    """One line when `model_path` is a run checkpoint (`<run>/checkpoints/global_step_N`: training state, no
+    config.json) rather than a policy folder, naming the folder to pass instead."""
+    if (path / "config.json").exists() or not (
+        (path / COMPLETE_MARKER).is_file() and (path / MODEL_FILE).is_file()
+    ):
+        return None
+    run = path.parent.parent if path.parent.name == "checkpoints" else None
+    policy = run / "policy" if run is not None and (run / "policy" / "config.json").is_file() else None
+    fix = (
+        f"pass the run's policy folder, actor.model.model_path={policy}"
+        if policy is not None
+        else "pass a policy folder (a run writes <run folder>/policy when it finishes)"
+    )
+    return (
+        f"actor.model.model_path={str(path)!r} is a run checkpoint (training state), not a policy folder: {fix}; "
+        f"to train on from this checkpoint, set runner.resume_dir={path} instead"
+    )
+
+
+def _length_keys(runner: Any) -> str:
+    """The settings that fix a run's length, as `key=value`."""
+    keys = f"runner.max_epochs={runner.max_epochs}"
+    return keys + (f", runner.max_steps={runner.max_steps}" if runner.max_steps >= 0 else "")
 
 
 def _saved_files_problem(section: ModelSection) -> str | None:

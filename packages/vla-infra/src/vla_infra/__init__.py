@@ -72,6 +72,7 @@ _EXPORTS.update(
         # checkpoints
         "save_checkpoint": "vla_infra.checkpoint",
         "load_checkpoint": "vla_infra.checkpoint",
+        "read_trainer_state": "vla_infra.checkpoint",
         "latest_checkpoint": "vla_infra.checkpoint",
         "checkpoint_dir": "vla_infra.checkpoint",
         "is_complete": "vla_infra.checkpoint",
@@ -80,6 +81,7 @@ _EXPORTS.update(
         "LoadedCheckpoint": "vla_infra.checkpoint",
         "COMPLETE_MARKER": "vla_infra.checkpoint",
         "MANIFEST": "vla_infra.checkpoint",
+        "MODEL_FILE": "vla_infra.checkpoint",
         "checkpoint_problem": "vla_infra.checkpoint",
         "checkpoint_tensor_shapes": "vla_infra.checkpoint",
         "CheckpointError": "vla_infra.checkpoint",

@@ -4,6 +4,7 @@ iteration (MetaWorld, the tiny OpenVLA-OFT, the local backend) runs with them. E
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from vla_algos import (
     ADVANTAGE_ESTIMATORS,
     POLICY_LOSSES,
     EstimatedAdvantages,
+    LossInputs,
+    LossSettings,
+    WeightSums,
     actor_loss,
     chunk_done,
     first_episode_mask,
@@ -69,11 +73,14 @@ def reinforce_loss(calls: Calls):
     """REINFORCE: the unclipped ratio times the advantage (at the rollout's own weights, its gradient is
     advantage x grad log-prob), with the entropy bonus and KL term of `actor_loss`; no value term."""
 
-    def loss(**kwargs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        inputs: LossInputs, settings: LossSettings, weight_sums: WeightSums | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         calls.loss += 1
-        value, metrics = actor_loss(
-            **{**kwargs, "clip_ratio_low": 1.0 - 1e-6, "clip_ratio_high": 1.0e6, "dual_clip": None}
+        unclipped = dataclasses.replace(
+            settings, clip_ratio_low=1.0 - 1e-6, clip_ratio_high=1.0e6, clip_ratio_c=None
         )
+        value, metrics = actor_loss(inputs, unclipped, weight_sums)
         metrics["actor/reinforce_calls"] = torch.tensor(1.0)
         return value, metrics
 

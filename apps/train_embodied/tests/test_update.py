@@ -12,8 +12,8 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
 from train_embodied.policy_io import build_optimizer, build_policy_for_run, frozen_copy
-from train_embodied.update import UpdateSettings, ppo_update
-from vla_algos import episode_mean_weights
+from train_embodied.update import ppo_update
+from vla_algos import LossSettings, episode_mean_weights, get_policy_loss
 
 N = 48
 
@@ -56,14 +56,33 @@ def _policy_and_batch(seed: int = 0, num_action_chunks: int = 1) -> tuple[torch.
     return policy, batch
 
 
-def _settings(**kw) -> UpdateSettings:
-    algo = AlgorithmSection(update_epoch=kw.pop("update_epoch", 2), **kw)
-    return UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 8, 16)
+def _sizes(algo: AlgorithmSection, micro_batch_size: int = 8, global_batch_size: int = 16) -> dict:
+    """`ppo_update`'s settings: the `algorithm` section, lr 1e-3, the batch sizes."""
+    return {
+        "algo": algo,
+        "optim": OptimSection(lr=1e-3, value_lr=1e-3),
+        "micro_batch_size": micro_batch_size,
+        "global_batch_size": global_batch_size,
+    }
 
 
-def _update(policy, batch, s: UpdateSettings, **kw) -> tuple[dict, int]:
+def _settings(**kw) -> dict:
+    return _sizes(AlgorithmSection(update_epoch=kw.pop("update_epoch", 2), **kw))
+
+
+def _update(policy, batch, s: dict, **kw) -> tuple[dict, int]:
     opt = build_optimizer(policy, OptimSection(lr=1e-3, value_lr=1e-3))
-    return ppo_update(policy, opt, batch, s, generator=torch.Generator().manual_seed(0), **kw)
+    return ppo_update(
+        policy,
+        opt,
+        batch,
+        s["algo"],
+        s["optim"],
+        micro_batch_size=s["micro_batch_size"],
+        global_batch_size=s["global_batch_size"],
+        generator=torch.Generator().manual_seed(0),
+        **kw,
+    )
 
 
 def _params(policy, value_head: bool) -> dict[str, torch.Tensor]:
@@ -150,8 +169,7 @@ def test_seq_mean_token_mean_weighs_an_episode_ended_at_its_first_action_like_a_
     episode_adv = torch.tensor([3.0, -1.0, 1.0, -2.0, 0.5, -0.25])
     adv.advantages = episode_adv[None, :].expand(t, b).clone()
     batch = flatten_for_update(rollout, adv)
-    s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 16, N)
-    metrics, _ = _update(policy, batch, s)
+    metrics, _ = _update(policy, batch, _sizes(algo, 16, N))
     assert metrics["train/actor/policy_loss"] == pytest.approx(-float(episode_adv.mean()), abs=1e-4)
 
 
@@ -189,8 +207,7 @@ def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weight
             action_mask=action_mask,
             advantages=torch.randn(N, 2, generator=torch.Generator().manual_seed(2)) * action_mask,
         )
-        s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
-        results[micro], _ = _update(policy, batch, s, reference=reference)
+        results[micro], _ = _update(policy, batch, _sizes(algo, micro, 16), reference=reference)
     assert results[16]["train/actor/kl_loss"] > 0
     for key in (
         "train/actor/policy_loss",
@@ -234,12 +251,19 @@ def test_micro_batch_gradients_add_up_to_the_whole_minibatchs(logprob_type: str,
         minibatch_loss, "minibatch_weight_sums", lambda *a, **k: calls.append(1) or weight_sums(*a, **k)
     )
     grads = {}
+    loss_fn, settings = get_policy_loss(algo.loss_type), LossSettings.from_config(algo)
     for micro in (1, 2, 16):
-        s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
         policy.zero_grad(set_to_none=True)
         before = len(calls)
         metrics = minibatch_loss.minibatch_gradients(
-            policy, batch, minibatch, s, whole=batch, ref_logprobs=ref_logprobs
+            policy,
+            batch,
+            minibatch,
+            loss_fn,
+            settings,
+            micro_batch_size=micro,
+            whole=batch,
+            ref_logprobs=ref_logprobs,
         )
         assert len(calls) == before + 1  # once per minibatch: not per micro-batch
         assert metrics["train/actor/kl_loss"] > 0 and metrics["train/critic/value_loss"] > 0
@@ -268,8 +292,7 @@ def test_weight_sums_and_metric_sums_once_per_minibatch(monkeypatch) -> None:
         monkeypatch.setattr(module, name, counted)
     policy, batch = _policy_and_batch()
     algo = AlgorithmSection(update_epoch=1)
-    s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 1, 16)
-    _, steps = _update(policy, batch, s)
+    _, steps = _update(policy, batch, _sizes(algo, 1, 16))
     assert steps == 3 and counts == {"minibatch_weight_sums": 3, "all_reduce_sums": 3}
 
 
@@ -381,7 +404,7 @@ def test_kl_penalty_keeps_the_policy_near_its_starting_weights() -> None:
     held = _mean_kl_to(actors[5.0].policy, start, batch)
     assert held < 0.5 * free, (held, free)
     with pytest.raises(ValueError, match=r"kl_beta=5\.0 needs the reference policy"):
-        _update(actors[5.0].policy, batch, actors[5.0].settings)
+        _update(actors[5.0].policy, batch, _sizes(actors[5.0].algorithm))
 
 
 def test_config_offers_every_kl_estimator_of_vla_algos() -> None:

@@ -10,7 +10,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 def _blocks() -> list[str]:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.DOTALL)
-    assert len(blocks) >= 2, "README lacks its python examples"
+    assert len(blocks) >= 4, "README lacks its python examples"
     return blocks
 
 
@@ -22,10 +22,19 @@ def test_readme_example_runs(capsys):
     assert namespace["loss"].grad_fn is not None  # type: ignore[attr-defined]
 
 
+def test_readme_cleanrl_style_example_runs(capsys):
+    """A CleanRL-style PPO step of a gymnasium policy through the registered loss: one log-prob per decision."""
+    namespace: dict[str, object] = {}
+    exec(compile(_blocks()[1], str(README), "exec"), namespace)
+    printed = capsys.readouterr().out
+    assert "actor/entropy_loss" in printed and "critic/value_loss" in printed
+    assert all(p.grad is not None for p in namespace["actor"].parameters())  # type: ignore[attr-defined]
+
+
 def test_readme_reuse_example_runs(capsys):
     """The registry-driven update of another RL project: every name resolved, every loss term present."""
     namespace: dict[str, object] = {}
-    exec(compile(_blocks()[1], str(README), "exec"), namespace)
+    exec(compile(_blocks()[2], str(README), "exec"), namespace)
     printed = capsys.readouterr().out
     assert "actor/entropy_loss" in printed and "critic/value_loss" in printed
     assert namespace["logprobs"].grad is not None  # type: ignore[attr-defined]
@@ -34,5 +43,5 @@ def test_readme_reuse_example_runs(capsys):
 
 def test_readme_micro_batch_example_runs(capsys):
     """Micro-batches normalised by their minibatch's weight sum accumulate its gradient."""
-    exec(compile(_blocks()[2], str(README), "exec"), {})
+    exec(compile(_blocks()[3], str(README), "exec"), {})
     assert capsys.readouterr().out.strip() == "tensor(True)"

@@ -19,6 +19,8 @@ registry_ref = pytest.importorskip("rlinf.algorithms.registry")
 rlinf_utils = pytest.importorskip("rlinf.utils.utils")
 
 from vla_algos import (  # noqa: E402
+    LossInputs,
+    LossSettings,
     get_advantage_estimator,
     get_policy_loss,
     kl_penalty,
@@ -261,23 +263,27 @@ def test_critic_loss_its_gradient_and_explained_variance_match_the_reference(
     loss.backward()
     torch.testing.assert_close(loss, loss_ref, **TOL)
     torch.testing.assert_close(v.grad, v_ref.grad, **TOL)
-    # the whole objective reports the same explained variance (`actor_critic` with value_coef 1: the reference's
-    # value loss is added with weight 1)
+    # the whole objective reports the same explained variance (`actor_critic` with value_loss_coef 1: the
+    # reference's value loss is added with weight 1)
     lp = torch.zeros(n, requires_grad=True)
     total, metrics = get_policy_loss("actor_critic")(
-        logprobs=lp,
-        old_logprobs=torch.zeros(n),
-        advantages=torch.zeros(n),
-        mask=mask,
-        clip_ratio_low=0.2,
-        clip_ratio_high=0.2,
-        values=new.clone(),
-        old_values=old,
-        returns=returns,
-        value_mask=mask,
-        value_clip=value_clip,
-        huber_delta=huber_delta,
-        value_coef=1.0,
+        LossInputs(
+            logprobs=lp,
+            old_logprobs=torch.zeros(n),
+            advantages=torch.zeros(n),
+            sample_weight=mask,
+            values=new.clone(),
+            old_values=old,
+            returns=returns,
+            value_mask=mask,
+        ),
+        LossSettings(
+            clip_ratio_low=0.2,
+            clip_ratio_high=0.2,
+            value_clip=value_clip,
+            huber_delta=huber_delta,
+            value_loss_coef=1.0,
+        ),
     )
     torch.testing.assert_close(total, loss_ref.detach(), **TOL)
     torch.testing.assert_close(

@@ -23,7 +23,7 @@ from train_embodied.sharding import (
 )
 from train_embodied.trajectories import RolloutShard, assemble_rollout, combine_rank_stats
 from train_embodied.unsharded import apply_fsdp_settings
-from train_embodied.update import UpdateSettings, ppo_update
+from train_embodied.update import ppo_update
 from vla_algos import explained_variance
 from vla_infra import (
     Channel,
@@ -127,8 +127,8 @@ class ActorWorker(WeightSenderWorker):
         self.policy.eval()
         self.weight_sync = WeightSync.sender(self.policy, rank=self.rank, host=self.info.master_addr)
         self.optimizer = build_optimizer(self.policy, optim)
-        self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)
-        self.algorithm = algorithm
+        self.algorithm, self.optim = algorithm, optim
+        self.micro_batch_size, self.global_batch_size = micro_batch_size, global_batch_size
         self.generator = torch.Generator().manual_seed(seed)
         self.optimizer_step = 0  # optimizer steps taken, critic warm-up included
         self.policy_step = 0  # optimizer steps that trained the policy (the lr warmup's clock)
@@ -204,7 +204,10 @@ class ActorWorker(WeightSenderWorker):
                 self.policy,
                 self.optimizer,
                 batch,
-                self.settings,
+                self.algorithm,
+                self.optim,
+                micro_batch_size=self.micro_batch_size,
+                global_batch_size=self.global_batch_size,
                 generator=self.generator,
                 start_step=self.policy_step,  # the lr warmup runs over the whole run, not per rollout
                 train_policy=train_policy,

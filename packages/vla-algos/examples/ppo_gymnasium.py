@@ -29,7 +29,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import gymnasium as gym
@@ -39,12 +39,13 @@ from torch import nn
 from torch.distributions import Categorical, Distribution, Normal
 
 from vla_algos import (
+    VALUE_CLIP_MODES,
+    LossInputs,
+    LossSettings,
     get_advantage_estimator,
     get_policy_loss,
     masked_whiten,
-    reduce_logprobs,
     rollout_advantages,
-    total_weight,
 )
 
 
@@ -63,7 +64,7 @@ class Args:
     update_epoch: int = 10  # passes over the rollout per update
     learning_rate: float = 3e-4
     anneal_lr: bool = False  # learning rate decays linearly to 0 over the run (RL Zoo's `lin_`)
-    anneal_clip: bool = False  # so do the clip ratios
+    anneal_clip: bool = False  # so do the policy's clip ratios
     max_grad_norm: float = 0.5
     target_kl: float | None = None  # stop the update when a minibatch's approx_kl exceeds 1.5 x this
     # the RL arithmetic, by registered name (vla_algos)
@@ -80,12 +81,17 @@ class Args:
     gae_lambda: float = 0.95
     group_size: int = 1  # envs per group that share a start (grouped-starts estimators: GRPO)
     whiten_advantages: str = "minibatch"  # minibatch (SB3), rollout (vla-train) or none
+    # the loss's settings (vla_algos.LossSettings, the same names)
     clip_ratio_low: float = 0.2
     clip_ratio_high: float = 0.2
+    clip_ratio_c: float | None = None  # dual clip
+    clip_log_ratio_min: float | None = None
+    clip_log_ratio_max: float | None = None
     value_clip: float | None = None
     value_clip_mode: str = (
         "clipped"  # clipped (SB3: the clipped prediction's error) or pessimistic (the larger)
     )
+    huber_delta: float | None = None
     value_loss_coef: float = 1.0  # x 0.5 * (V - R)**2
     entropy_bonus: float = 0.0
     kl_beta: float = 0.0  # weight of the KL penalty to the initial policy (a frozen copy)
@@ -369,47 +375,6 @@ def advantages(buf: Rollout, args: Args) -> Batch:
 # ---------------------------------------------------------------------------------------------- the update
 
 
-def minibatch_loss(
-    args: Args,
-    *,
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    weights: torch.Tensor | None,
-    entropy: torch.Tensor,
-    values: torch.Tensor,
-    old_values: torch.Tensor,
-    returns: torch.Tensor | None,
-    ref_logprobs: torch.Tensor | None,
-    clip_scale: float,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The registered ``loss_type``'s loss of one minibatch: every term a weighted mean over its entries (the
-    minibatch's weight sums: one micro-batch here)."""
-    loss_fn = get_policy_loss(args.loss_type)
-    critic = {}
-    if loss_fn.uses_critic:
-        critic = {"values": values, "old_values": old_values, "returns": returns}
-    return loss_fn(
-        logprobs=logprobs,
-        old_logprobs=old_logprobs,
-        advantages=advantages,
-        mask=weights,
-        weight_sum=total_weight(weights, logprobs.shape),
-        clip_ratio_low=args.clip_ratio_low * clip_scale,
-        clip_ratio_high=args.clip_ratio_high * clip_scale,
-        entropy=entropy,
-        entropy_coef=args.entropy_bonus,
-        entropy_weight_sum=float(entropy.numel()),
-        ref_logprobs=ref_logprobs,
-        kl_coef=args.kl_beta,
-        kl_kind=args.kl_penalty,
-        value_clip=None if args.value_clip is None else args.value_clip * clip_scale,
-        value_coef=args.value_loss_coef,
-        value_weight_sum=float(values.numel()),
-        **critic,
-    )
-
-
 def update(
     agent: ActorCritic,
     optimizer: torch.optim.Optimizer,
@@ -417,37 +382,40 @@ def update(
     minibatches: Sequence[Sequence[torch.Tensor]],
     args: Args,
     *,
-    clip_scale: float = 1.0,
+    settings: LossSettings | None = None,
     reference: ActorCritic | None = None,
 ) -> dict[str, float]:
     """PPO's update: for each epoch, for each minibatch (sample indices of ``batch``), one gradient step on the
-    registered loss. ``clip_scale``: factor of the clip ratios and the value clip (their annealing); ``reference``:
-    the frozen policy of the KL penalty. Returns the last minibatch's metrics."""
+    registered ``loss_type``'s loss. ``settings``: the loss's (default: ``args``' fields of the same names);
+    ``reference``: the frozen policy of the KL penalty. Returns the last minibatch's metrics."""
+    loss_fn = get_policy_loss(args.loss_type)
+    settings = settings if settings is not None else LossSettings.from_config(args)
     metrics: dict[str, torch.Tensor] = {}
     for epoch in minibatches:
         for idx in epoch:
             logprobs, entropy, values = agent.evaluate(batch.obs[idx], batch.actions[idx])
             adv = batch.advantages[idx]
             if args.whiten_advantages == "minibatch" and len(idx) > 1:
-                adv = masked_whiten(adv, std_eps=1e-8)
+                adv = masked_whiten(adv, std_eps=1e-8)  # (adv - mean) / (unbiased std + 1e-8), as SB3
             ref_logprobs = None
             if reference is not None:
                 with torch.no_grad():
-                    ref_logprobs = reduce_logprobs(
-                        reference.evaluate(batch.obs[idx], batch.actions[idx])[0], args.logprob_type
-                    )
-            loss, metrics = minibatch_loss(
-                args,
-                logprobs=reduce_logprobs(logprobs, args.logprob_type),
-                old_logprobs=reduce_logprobs(batch.logprobs[idx], args.logprob_type),
-                advantages=adv,
-                weights=None if batch.sample_weight is None else batch.sample_weight[idx],
-                entropy=reduce_logprobs(entropy, args.entropy_type),
-                values=values,
-                old_values=batch.values[idx],
-                returns=None if batch.returns is None else batch.returns[idx],
-                ref_logprobs=ref_logprobs,
-                clip_scale=clip_scale,
+                    ref_logprobs = reference.evaluate(batch.obs[idx], batch.actions[idx])[0]
+            # the loss: clipped ratio at settings.logprob_type - entropy_bonus x entropy [+ kl_beta x KL]
+            # [+ value_loss_coef x value loss], each a weighted mean over this minibatch (one micro-batch)
+            loss, metrics = loss_fn(
+                LossInputs(
+                    logprobs=logprobs,
+                    old_logprobs=batch.logprobs[idx],
+                    advantages=adv,
+                    sample_weight=None if batch.sample_weight is None else batch.sample_weight[idx],
+                    entropy=entropy,
+                    ref_logprobs=ref_logprobs,
+                    values=values,
+                    old_values=batch.values[idx],
+                    returns=None if batch.returns is None else batch.returns[idx],
+                ),
+                settings,
             )
             if args.target_kl is not None and float(metrics["actor/approx_kl"]) > 1.5 * args.target_kl:
                 return {k: float(v) for k, v in metrics.items()}
@@ -456,6 +424,11 @@ def update(
             nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
             optimizer.step()
     return {k: float(v) for k, v in metrics.items()}
+
+
+def make_optimizer(agent: ActorCritic, args: Args) -> torch.optim.Optimizer:
+    """Adam with SB3's (and CleanRL's) ``eps=1e-5``; the fused kernel: the same update in fewer passes."""
+    return torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
 
 
 def shuffled_minibatches(
@@ -492,8 +465,8 @@ def check(args: Args) -> None:
         raise ValueError(f"adv_type={args.adv_type!r} needs num_envs a multiple of group_size >= 2")
     if args.whiten_advantages not in ("minibatch", "rollout", "none"):
         raise ValueError(f"whiten_advantages={args.whiten_advantages!r}; valid: minibatch, rollout, none")
-    if args.value_clip_mode not in ("clipped", "pessimistic"):
-        raise ValueError(f"value_clip_mode={args.value_clip_mode!r}; valid: clipped, pessimistic")
+    if args.value_clip_mode not in VALUE_CLIP_MODES:
+        raise ValueError(f"value_clip_mode={args.value_clip_mode!r}; valid: {', '.join(VALUE_CLIP_MODES)}")
 
 
 def group_seeds(args: Args, iteration: int) -> list[int]:
@@ -521,7 +494,7 @@ def train(args: Args, *, log: Callable[[str], None] | None = print) -> Result:
         log_std_init=args.log_std_init,
     )
     reference = copy.deepcopy(agent).requires_grad_(False) if args.kl_beta > 0 else None
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)
+    optimizer = make_optimizer(agent, args)
     buf = Rollout.empty(args.num_steps, args.num_envs, obs_dim, envs.single_action_space)
     generator = torch.Generator().manual_seed(args.seed)
     episodes = EpisodeLog()
@@ -544,17 +517,13 @@ def train(args: Args, *, log: Callable[[str], None] | None = print) -> Result:
         remaining = max(0.0, 1.0 - global_step / args.total_steps)  # SB3's progress_remaining
         for group in optimizer.param_groups:
             group["lr"] = args.learning_rate * (remaining if args.anneal_lr else 1.0)
+        settings = LossSettings.from_config(args)
+        if args.anneal_clip:
+            low, high = remaining * args.clip_ratio_low, remaining * args.clip_ratio_high
+            settings = replace(settings, clip_ratio_low=low, clip_ratio_high=high)
         batch = advantages(buf, args)
         minibatches = shuffled_minibatches(batch.loss_mask, args.batch_size, args.update_epoch, generator)
-        metrics = update(
-            agent,
-            optimizer,
-            batch,
-            minibatches,
-            args,
-            clip_scale=remaining if args.anneal_clip else 1.0,
-            reference=reference,
-        )
+        metrics = update(agent, optimizer, batch, minibatches, args, settings=settings, reference=reference)
         if log is not None and episodes.returns:
             recent = np.mean(episodes.returns[-20:])
             log(

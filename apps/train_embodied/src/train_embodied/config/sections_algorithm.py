@@ -22,6 +22,7 @@ from vla_algos import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
     REWARD_LEVELS,
+    VALUE_CLIP_MODES,
     AdvantageEstimator,
     PolicyLoss,
     get_advantage_estimator,
@@ -57,6 +58,7 @@ class AlgorithmSection:
     clip_ratio_high: float = 0.2
     clip_ratio_c: float | None = None
     value_clip: float | None = 0.2
+    value_clip_mode: str = "pessimistic"
     huber_delta: float | None = None
     value_loss_coef: float = 0.5
     kl_beta: float = 0.0
@@ -99,6 +101,7 @@ class AlgorithmSection:
             errors += above(f"{prefix}.clip_ratio_c", self.clip_ratio_c, 1.0)
         if self.value_clip is not None:
             errors += above(f"{prefix}.value_clip", self.value_clip, 0.0)
+        errors += one_of(f"{prefix}.value_clip_mode", self.value_clip_mode, VALUE_CLIP_MODES)
         if self.huber_delta is not None:
             errors += above(f"{prefix}.huber_delta", self.huber_delta, 0.0)
         errors += at_least(f"{prefix}.value_loss_coef", self.value_loss_coef, 0.0)

@@ -28,6 +28,7 @@ import itertools
 import json
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -332,8 +333,10 @@ def learning_curve(runs: list[Run], steps: int) -> tuple[list[float], list[float
             curve.append(last)
         per_seed.append(curve)
     arr = np.asarray(per_seed)
-    mean = np.nanmean(arr, 0)
-    sem = np.nanstd(arr, 0) / np.sqrt(max(1, len(runs)))
+    with warnings.catch_warnings():  # spans before any seed's first episode ended: NaN, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(arr, 0)
+        sem = np.nanstd(arr, 0) / np.sqrt(max(1, len(runs)))
     return list(edges[1:]), list(mean), list(sem)
 
 
@@ -426,6 +429,9 @@ def main(argv: list[str] | None = None) -> int:
             "curves": {k: learning_curve(v, steps) for k, v in runs.items()},
             "note": task.note,
         }
+        if a.json is not None:  # after every task: a long run that stops keeps what it measured
+            a.json.parent.mkdir(parents=True, exist_ok=True)
+            a.json.write_text(json.dumps(results, indent=1))
         print(
             f"{name} | {steps} steps x {a.seeds} seeds | train return example "
             f"{np.mean([r.train_return for r in ex_r]):.1f} SB3 {np.mean([r.train_return for r in sb_r]):.1f} "
@@ -442,9 +448,6 @@ def main(argv: list[str] | None = None) -> int:
         f"worst: return ratio {worst_return[1]:.3f} ({worst_return[0]}), speed ratio {worst_speed[2]:.2f} "
         f"({worst_speed[0]}); load average at end {loadavg()}; goal {'MET' if met else 'NOT MET'}"
     )
-    if a.json is not None:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps(results, indent=1))
     if a.plot is not None:
         plot(results, a.plot)
     return 0 if met else 1

@@ -222,36 +222,37 @@ class ActorCritic(nn.Module):
 
 @dataclass
 class Rollout:
-    """``num_steps`` steps of ``num_envs`` envs, time-major (``[T, B, ...]``), as :mod:`vla_algos.estimators` reads
-    them. ``final_values[t, b]``: V of the last observation of an episode that ended at step ``t`` (a truncated
-    episode bootstraps from it). ``length``: the steps filled."""
+    """``num_steps`` steps of ``num_envs`` envs, time-major (``[T, B, ...]``) as :mod:`vla_algos.estimators` reads
+    them: numpy arrays, cheap to write one step at a time, read as tensors without a copy (``torch.from_numpy``).
+    ``final_values[t, b]``: V of the last observation of an episode that ended at step ``t`` (a truncated episode
+    bootstraps from it). ``length``: the steps filled."""
 
-    obs: torch.Tensor
-    actions: torch.Tensor
-    logprobs: torch.Tensor  # [T, B, 1, A]
-    values: torch.Tensor
-    rewards: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    final_values: torch.Tensor
-    last_values: torch.Tensor  # [B]: V of the observation after the last step
+    obs: np.ndarray  # float32 [T, B, D]
+    actions: np.ndarray  # float32 [T, B, A] (Box) or int64 [T, B] (Discrete)
+    logprobs: np.ndarray  # float32 [T, B, 1, A]: per action dimension
+    values: np.ndarray  # float32 [T, B]
+    rewards: np.ndarray  # float32 [T, B]
+    terminated: np.ndarray  # bool [T, B]
+    truncated: np.ndarray  # bool [T, B]
+    final_values: np.ndarray  # float32 [T, B]
+    last_values: np.ndarray  # float32 [B]: V of the observation after the last step
     length: int = 0
 
     @classmethod
     def empty(cls, num_steps: int, num_envs: int, obs_dim: int, action_space: gym.Space) -> Rollout:
-        t, b = num_steps, num_envs
+        t, b, f4 = num_steps, num_envs, np.float32
         box = isinstance(action_space, gym.spaces.Box)
         a = int(np.prod(action_space.shape)) if box else 1
         return cls(
-            obs=torch.zeros(t, b, obs_dim),
-            actions=torch.zeros(t, b, a) if box else torch.zeros(t, b, dtype=torch.long),
-            logprobs=torch.zeros(t, b, 1, a),
-            values=torch.zeros(t, b),
-            rewards=torch.zeros(t, b),
-            terminated=torch.zeros(t, b, dtype=torch.bool),
-            truncated=torch.zeros(t, b, dtype=torch.bool),
-            final_values=torch.zeros(t, b),
-            last_values=torch.zeros(b),
+            obs=np.zeros((t, b, obs_dim), f4),
+            actions=np.zeros((t, b, a), f4) if box else np.zeros((t, b), np.int64),
+            logprobs=np.zeros((t, b, 1, a), f4),
+            values=np.zeros((t, b), f4),
+            rewards=np.zeros((t, b), f4),
+            terminated=np.zeros((t, b), bool),
+            truncated=np.zeros((t, b), bool),
+            final_values=np.zeros((t, b), f4),
+            last_values=np.zeros(b, f4),
         )
 
 
@@ -282,11 +283,10 @@ def observe_final(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Values of the last observations of episodes truncated at step ``t`` into ``buf.final_values[t]``; returns the
     finished episodes' env indices and raw returns."""
-    ended = info["_final_obs"]
-    trunc = ended & buf.truncated[t].numpy()
+    trunc = info["_final_obs"] & buf.truncated[t]
     if needs_values and trunc.any():
-        final = torch.as_tensor(np.stack(info["final_obs"][trunc]), dtype=torch.float32)
-        buf.final_values[t, torch.as_tensor(trunc)] = agent.value(final)
+        final = torch.from_numpy(np.stack(info["final_obs"][trunc]).astype(np.float32))
+        buf.final_values[t, trunc] = agent.value(final).numpy()
     episodes = info["final_info"]
     return np.flatnonzero(episodes["_episode"]), episodes["episode"]["r"][episodes["_episode"]]
 
@@ -306,34 +306,30 @@ def collect(
     """Fill ``buf`` with the policy's samples from ``obs`` on; returns the observation after the last step.
 
     ``first_episodes_only``: stop once every env has ended an episode (grouped starts: later episodes do not count)."""
-    low, high = (
-        (envs.single_action_space.low, envs.single_action_space.high) if agent.continuous else (None, None)
-    )
+    space = envs.single_action_space
     done_once = np.zeros(envs.num_envs, dtype=bool)
-    buf.final_values.zero_()
+    buf.final_values[:] = 0.0
     t = 0
     for t in range(buf.obs.shape[0]):
-        o = torch.as_tensor(obs, dtype=torch.float32)
+        buf.obs[t] = obs
+        o = torch.from_numpy(buf.obs[t])
         actions, logprobs = agent.act(o)
-        buf.obs[t], buf.actions[t], buf.logprobs[t] = o, actions, logprobs
+        buf.actions[t], buf.logprobs[t] = actions.numpy(), logprobs.numpy()
         if needs_values:
-            buf.values[t] = agent.value(o)
-        env_actions = np.clip(actions.numpy(), low, high) if agent.continuous else actions.numpy()
-        obs, reward, terminated, truncated, info = envs.step(env_actions)
-        buf.rewards[t] = torch.as_tensor(reward, dtype=torch.float32)
-        buf.terminated[t] = torch.as_tensor(terminated)
-        buf.truncated[t] = torch.as_tensor(truncated)
+            buf.values[t] = agent.value(o).numpy()
+        # a Gaussian's sample may leave the bounds: the env gets it clipped, the loss sees the sample (as SB3)
+        env_actions = np.clip(buf.actions[t], space.low, space.high) if agent.continuous else buf.actions[t]
+        obs, buf.rewards[t], buf.terminated[t], buf.truncated[t], info = envs.step(env_actions)
         if "_final_obs" in info:
             env_ids, returns = observe_final(agent, buf, t, info, needs_values)
             episodes.steps += [global_step + (t + 1) * envs.num_envs] * len(env_ids)
             episodes.returns += [float(r) for r in returns]
-        done_once |= terminated | truncated
+        done_once |= buf.terminated[t] | buf.truncated[t]
         if first_episodes_only and done_once.all():
             break
     buf.length = t + 1
-    buf.last_values = (
-        agent.value(torch.as_tensor(obs, dtype=torch.float32)) if needs_values else buf.last_values
-    )
+    if needs_values:
+        buf.last_values = agent.value(torch.from_numpy(np.asarray(obs, dtype=np.float32))).numpy()
     return obs
 
 
@@ -341,14 +337,15 @@ def advantages(buf: Rollout, args: Args) -> Batch:
     """The registered estimator's advantages, the whitening and the ``loss_agg_mode`` weights (one
     :func:`vla_algos.rollout_advantages` call, as vla-train runs it), flattened to samples."""
     n = buf.length
+    tensor = torch.from_numpy
     adv = rollout_advantages(
-        rewards=buf.rewards[:n, :, None],  # chunks of one action
-        terminated=buf.terminated[:n, :, None],
-        truncated=buf.truncated[:n, :, None],
+        rewards=tensor(buf.rewards[:n, :, None]),  # chunks of one action
+        terminated=tensor(buf.terminated[:n, :, None]),
+        truncated=tensor(buf.truncated[:n, :, None]),
         loss_mask=torch.ones(n, buf.obs.shape[1], dtype=torch.bool),
-        values=buf.values[:n] if get_advantage_estimator(args.adv_type).needs_values else None,
-        last_values=buf.last_values,
-        final_values=buf.final_values[:n],
+        values=tensor(buf.values[:n]) if get_advantage_estimator(args.adv_type).needs_values else None,
+        last_values=tensor(buf.last_values),
+        final_values=tensor(buf.final_values[:n]),
         adv_type=args.adv_type,
         gamma=args.gamma,
         gae_lambda=args.gae_lambda,
@@ -359,12 +356,15 @@ def advantages(buf: Rollout, args: Args) -> Batch:
         normalize=args.whiten_advantages == "rollout",
         whiten_std_eps=1e-8,
     )
-    flat = lambda x: x[:n].reshape(-1, *x.shape[2:])  # noqa: E731
+
+    def samples(x: np.ndarray) -> torch.Tensor:  # [T, B, ...] -> [T * B, ...]
+        return tensor(x[:n].reshape(-1, *x.shape[2:]))
+
     return Batch(
-        obs=flat(buf.obs),
-        actions=flat(buf.actions),
-        logprobs=flat(buf.logprobs),
-        values=flat(buf.values),
+        obs=samples(buf.obs),
+        actions=samples(buf.actions),
+        logprobs=samples(buf.logprobs),
+        values=samples(buf.values),
         advantages=adv.advantages.reshape(-1),
         returns=None if adv.returns is None else adv.returns.reshape(-1),
         sample_weight=None if adv.sample_weight is None else adv.sample_weight.reshape(-1),

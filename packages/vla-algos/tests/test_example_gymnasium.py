@@ -112,7 +112,7 @@ def test_grpo_rollout_scores_each_groups_first_episodes(ex):
     ex.collect(
         envs, agent, buf, obs, needs_values=False, first_episodes_only=True, episodes=episodes, global_step=0
     )
-    done = (buf.terminated | buf.truncated)[: buf.length]
+    done = torch.from_numpy((buf.terminated | buf.truncated)[: buf.length])
     assert bool(done.any(0).all()) and buf.length < args.num_steps  # stopped once every env's episode ended
     first_len = done.int().argmax(0) + 1  # steps of each env's first episode
     batch = ex.advantages(buf, args)

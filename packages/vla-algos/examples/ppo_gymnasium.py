@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -500,7 +499,8 @@ def train(args: Args, *, log: Callable[[str], None] | None = print) -> Result:
     episodes = EpisodeLog()
     obs, _ = envs.reset(seed=args.seed)  # env i starts from seed + i
     global_step, start = 0, time.perf_counter()
-    for iteration in range(math.ceil(args.total_steps / (args.num_steps * args.num_envs))):
+    iteration = 0
+    while global_step < args.total_steps:  # whole rollouts (a grouped-starts rollout may end early)
         if estimator.grouped_starts:  # each group of envs from one seeded start, one episode each
             obs, _ = envs.reset(seed=group_seeds(args, iteration))
         obs = collect(
@@ -531,6 +531,7 @@ def train(args: Args, *, log: Callable[[str], None] | None = print) -> Result:
                 f"approx_kl {metrics.get('actor/approx_kl', float('nan')):.4f} "
                 f"{global_step / (time.perf_counter() - start):.0f} steps/s"
             )
+        iteration += 1
     seconds = time.perf_counter() - start
     normalizer = None
     if args.normalize_env:

@@ -56,9 +56,7 @@ class Args:
     seed: int = 0
     total_steps: int = 100_000  # env steps (all envs together); rounded up to whole rollouts
     num_envs: int = 1
-    num_steps: int = (
-        2048  # steps per env per rollout (GRPO: at most; a rollout ends when every first episode has)
-    )
+    num_steps: int = 2048  # steps per env per rollout (GRPO: at most, it ends once every env's episode has)
     batch_size: int = 64  # samples per minibatch
     update_epoch: int = 10  # passes over the rollout per update
     learning_rate: float = 3e-4
@@ -70,12 +68,8 @@ class Args:
     adv_type: str = "gae"
     loss_type: str = "actor_critic"
     loss_agg_mode: str = "token-mean"
-    logprob_type: str = (
-        "action_level"  # one ratio per action (its dimensions' log-probs summed); token_level: per dim
-    )
-    entropy_type: str = (
-        "action_level"  # the entropy of the action, or the mean of its dimensions' (token_level)
-    )
+    logprob_type: str = "action_level"  # a ratio per action (dims' log-probs summed); token_level: per dim
+    entropy_type: str = "action_level"  # the entropy of the action, or the mean of its dims' (token_level)
     gamma: float = 0.99
     gae_lambda: float = 0.95
     group_size: int = 1  # envs per group that share a start (grouped-starts estimators: GRPO)
@@ -87,9 +81,7 @@ class Args:
     clip_log_ratio_min: float | None = None
     clip_log_ratio_max: float | None = None
     value_clip: float | None = None
-    value_clip_mode: str = (
-        "clipped"  # clipped (SB3: the clipped prediction's error) or pessimistic (the larger)
-    )
+    value_clip_mode: str = "clipped"  # clipped (SB3: the clipped prediction's error) or pessimistic
     huber_delta: float | None = None
     value_loss_coef: float = 1.0  # x 0.5 * (V - R)**2
     entropy_bonus: float = 0.0
@@ -100,9 +92,7 @@ class Args:
     activation: str = "tanh"
     ortho_init: bool = True
     log_std_init: float = 0.0
-    normalize_env: bool = (
-        False  # running observation and reward normalisation, clipped to +-10 (RL Zoo's `normalize`)
-    )
+    normalize_env: bool = False  # observations and rewards by running statistics, clipped to +-10 (Zoo)
     torch_threads: int = 1
 
 

@@ -1,6 +1,6 @@
 """Each guide model at its real size (random weights, bf16) through the trainer's own code, with its memory bound.
 
-Families and the guide settings they are built with (apps/train_embodied/configs, ../shared/seeds):
+Families and the guide settings they are built with (apps/train_embodied/configs, from the reference guides):
 
 - ``openvla``: OpenVLA 7B as ``maniskill_ppo_openvla`` (7 action dims, one token each, value head, LoRA r=32);
 - ``openvla_oft``: OpenVLA-OFT 7B as ``robotwin_place_empty_cup_grpo_openvlaoft`` (official layout, 14-d proprio

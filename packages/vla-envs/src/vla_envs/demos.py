@@ -335,7 +335,7 @@ def load_demos(path: str | os.PathLike[str], *, only_success: bool = False) -> d
 
     Returns:
         dict with the step arrays of STEP_KEYS (concatenated; `wrist_images` only if recorded),
-        `task_descriptions` list[str] [N], and `meta` (the meta.json dict).
+        `task_descriptions` (a list of N strings), and `meta` (the meta.json dict).
     """
     from safetensors.numpy import load_file
 

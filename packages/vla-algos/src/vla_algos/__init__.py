@@ -66,7 +66,7 @@ from vla_algos.registry import (
     register_policy_loss,
 )
 from vla_algos.rollout_advantages import GROUP_MODES, RolloutAdvantages, rollout_advantages
-from vla_algos.value_loss import explained_variance, value_loss
+from vla_algos.value_loss import VALUE_CLIP_MODES, explained_variance, value_loss
 
 __version__ = "0.1.0"
 
@@ -78,6 +78,7 @@ __all__ = [
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
     "REWARD_LEVELS",
+    "VALUE_CLIP_MODES",
     "AdvantageEstimator",
     "EstimatedAdvantages",
     "LossInputs",

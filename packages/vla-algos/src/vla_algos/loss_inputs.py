@@ -111,7 +111,9 @@ def minibatch_weight_sums(
     Args:
         settings: the loss's settings (``logprob_type`` and ``entropy_type`` say what an entry is).
         shape: the shape of the minibatch's token log-probs, ``[n, C, A]`` (entropies have the same shape).
-        sample_weight, action_mask, value_mask: the minibatch's, as :class:`LossInputs` holds them.
+        sample_weight: the minibatch's, as :class:`LossInputs` holds it.
+        action_mask: the minibatch's, as :class:`LossInputs` holds it.
+        value_mask: the minibatch's, as :class:`LossInputs` holds it.
 
     Returns:
         Python floats (every rank of a data-parallel group that holds the whole minibatch's masks computes the

@@ -50,6 +50,10 @@ class LossSettings:
     ``kl``, ``mse``, ``low_var_kl``."""
     value_clip: float | None = 0.2
     """The critic's prediction is also clipped to ``old_values +- value_clip`` (pessimistic); None: no clipping."""
+    value_clip_mode: str = "pessimistic"
+    """How ``value_clip`` enters the critic loss (:data:`vla_algos.VALUE_CLIP_MODES`): the larger of the clipped and
+    unclipped errors (``pessimistic``), or the clipped prediction's error alone (``clipped``, Stable-Baselines3's
+    ``clip_range_vf``)."""
     huber_delta: float | None = None
     """The critic's error is the Huber loss with this delta; None: the squared error / 2."""
     value_loss_coef: float = 0.5

@@ -108,7 +108,8 @@ def actor_critic_loss(
     PPO); during a critic warm-up (``inputs.train_policy=False``) the critic term alone.
 
     The critic term is :func:`vla_algos.value_loss` of ``inputs.values`` / ``old_values`` / ``returns`` (required)
-    under ``value_mask``, with ``settings.value_clip`` and ``settings.huber_delta``, normalised by
+    under ``value_mask``, with ``settings.value_clip`` (as ``settings.value_clip_mode`` says) and
+    ``settings.huber_delta``, normalised by
     ``weight_sums.value``.
 
     Returns:
@@ -133,6 +134,7 @@ def actor_critic_loss(
         returns,
         inputs.value_mask,
         value_clip=settings.value_clip,
+        value_clip_mode=settings.value_clip_mode,
         huber_delta=settings.huber_delta,
         weight_sum=None if weight_sums is None else weight_sums.value,
     )

@@ -22,6 +22,7 @@ from vla_algos import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
     REWARD_LEVELS,
+    VALUE_CLIP_MODES,
     AdvantageEstimator,
     PolicyLoss,
     get_advantage_estimator,
@@ -67,6 +68,9 @@ class AlgorithmSection:
     """Dual-clip bound (> 1) of the loss for negative advantages; null: no dual clip."""
     value_clip: float | None = 0.2
     """Clip range of the value prediction around its rollout value; null: no clipping."""
+    value_clip_mode: str = "pessimistic"
+    """How `value_clip` enters the value loss: `pessimistic`, the larger of the clipped and unclipped errors (the
+    reference's), or `clipped`, the clipped prediction's error alone (Stable-Baselines3's `clip_range_vf`)."""
     huber_delta: float | None = None
     """Threshold of a Huber value loss; null: the squared error."""
     value_loss_coef: float = 0.5
@@ -142,6 +146,7 @@ class AlgorithmSection:
             errors += above(f"{prefix}.clip_ratio_c", self.clip_ratio_c, 1.0)
         if self.value_clip is not None:
             errors += above(f"{prefix}.value_clip", self.value_clip, 0.0)
+        errors += one_of(f"{prefix}.value_clip_mode", self.value_clip_mode, VALUE_CLIP_MODES)
         if self.huber_delta is not None:
             errors += above(f"{prefix}.huber_delta", self.huber_delta, 0.0)
         errors += at_least(f"{prefix}.value_loss_coef", self.value_loss_coef, 0.0)

@@ -41,7 +41,9 @@ CLI_MAX_EPISODE_STEPS = 25
 def _check_tasks(tasks: list[str]) -> None:
     missing = [t for t in tasks if t not in EXPERT_TASKS]
     if missing:
-        raise ValueError(f"LIBERO has scripted-expert demos for the tasks {list(EXPERT_TASKS)} only, got {missing}")
+        raise ValueError(
+            f"LIBERO has scripted-expert demos for the tasks {list(EXPERT_TASKS)} only, got {missing}"
+        )
 
 
 def libero_demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> dict[str, Any]:
@@ -80,7 +82,9 @@ def demo_settings_from_cli(args: argparse.Namespace) -> dict[str, Any]:
         "image_size": [args.image_size, args.image_size],
         "wrist_camera": args.wrist_camera,
         "action_repeat": args.action_repeat,
-        "max_episode_steps": CLI_MAX_EPISODE_STEPS if args.max_episode_steps is None else args.max_episode_steps,
+        "max_episode_steps": CLI_MAX_EPISODE_STEPS
+        if args.max_episode_steps is None
+        else args.max_episode_steps,
         "render_mesh_grid": args.render_mesh_grid,
         "seed": args.seed,
     }

@@ -59,7 +59,8 @@ def drawer_joint(env: Any) -> str:
 
     goal = env.parsed_problem["goal_state"]
     problem = env.parsed_problem.get("problem_name", "this task")
-    if len(goal) != 1 or len(goal[0]) != 2 or goal[0][0] != "close" or goal[0][1] not in env.object_sites_dict:
+    closes_one = len(goal) == 1 and len(goal[0]) == 2 and goal[0][0] == "close"
+    if not closes_one or goal[0][1] not in env.object_sites_dict:
         raise ValueError(
             f"the LIBERO drawer expert closes one drawer (goal `(Close <drawer region>)`), {problem}'s goal is {goal}"
         )
@@ -120,7 +121,7 @@ class DrawerCloseExpert:
         out = -(centres @ self.axis)
         handle = np.concatenate([b for b, o in zip(boxes, out) if o > out.max() - 0.03])
         centre = handle.mean(0)
-        front = float(np.max(-(handle @ self.axis)) + (centre @ self.axis))  # front face's distance from centre
+        front = float(np.max(-(handle @ self.axis)) + (centre @ self.axis))  # the front face's distance
         s = self.settings
         self.start = centre - self.axis * (front + s.front) + np.array([0.0, 0.0, s.above])
         self.phase = PHASES[0]

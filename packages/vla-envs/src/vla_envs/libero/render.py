@@ -52,7 +52,7 @@ class LazyCameraFrames:
             if frame is None:
                 frame = np.zeros(observable._data_shape, dtype=np.uint8)
 
-            def deferred(obs_cache: dict[str, Any], name: str = name, frame: np.ndarray = frame) -> np.ndarray:
+            def deferred(obs_cache: Any, name: str = name, frame: np.ndarray = frame) -> np.ndarray:
                 self._pending[name] = copy.copy(self.env.sim.data._data)
                 return frame
 

@@ -181,8 +181,8 @@ class LiberoTaskEnv:
     def step(self, action: np.ndarray, *, observe: bool = True) -> tuple[dict[str, Any], bool]:
         """One LIBERO step; returns (raw observation, success). `observe=False`: the caller does not read this
         step's camera frames (a repeat that is not a decision's last), which lazy rendering then skips."""
-        raw, _, done, _ = self.env.step(action)
-        return (self.observed(raw) if observe else raw), bool(done)  # LIBERO's `done` is its success predicate
+        raw, _, done, _ = self.env.step(action)  # LIBERO's `done` is its success predicate
+        return (self.observed(raw) if observe else raw), bool(done)
 
     def close(self) -> None:
         self.env.close()

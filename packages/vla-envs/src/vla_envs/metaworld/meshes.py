@@ -79,7 +79,8 @@ def simplify_drawn_meshes(model: Any, grid: float, *, corners: str = "vertex") -
         vert_adr, vert_num = int(model.mesh_vertadr[mesh]), int(model.mesh_vertnum[mesh])
         face_adr, face_num = int(model.mesh_faceadr[mesh]), int(model.mesh_facenum[mesh])
         faces = np.array(model.mesh_face[face_adr : face_adr + face_num], dtype=np.int64)
-        new, sources = cluster_faces_with_sources(model.mesh_vert[vert_adr : vert_adr + vert_num], faces, grid)
+        verts = model.mesh_vert[vert_adr : vert_adr + vert_num]
+        new, sources = cluster_faces_with_sources(verts, faces, grid)
         k = len(new)
         corner_arrays = [model.mesh_facenormal]
         if int(model.mesh_texcoordadr[mesh]) >= 0:

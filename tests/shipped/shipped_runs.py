@@ -225,7 +225,9 @@ def train_one_iteration_and_check(name: str, tmp_path: Path) -> None:
 
 def _libero_fixed_starts(name: str) -> bool:
     """Whether LIBERO config `name` trains on LIBERO's 50 fixed initial states (not its sampled starts)."""
-    return load_train_config(name, [], check_paths=False).env_train.extra.get("init_states", "fixed") == "fixed"
+    return (
+        load_train_config(name, [], check_paths=False).env_train.extra.get("init_states", "fixed") == "fixed"
+    )
 
 
 # Configs whose evaluation shares starts with training on purpose, with the reason. ManiSkill PutOnPlateInScene25Main:

@@ -101,10 +101,12 @@ def run_sft(tc: TrainConfig) -> Path:
     out = sft_output_dir(tc)
     out.mkdir(parents=True, exist_ok=True)
     demo_dir = make_demos(tc, out)
+    demo_seconds = round(time.time() - t_start, 1)
     data = load_demos(demo_dir)
     meta = data["meta"]
     print(
-        f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f}"
+        f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f} "
+        f"({demo_seconds}s)"
     )
     task_names = sorted({ep["task"] for ep in meta["episodes"]})
     task_of_episode = np.asarray([task_names.index(ep["task"]) for ep in meta["episodes"]])
@@ -157,6 +159,7 @@ def run_sft(tc: TrainConfig) -> Path:
         "num_tasks": len(task_names),
         "sft_steps": tc.sft.steps,
         "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "demo_seconds": demo_seconds,
         "wall_seconds": round(time.time() - t_start, 1),
     }
     (out / "sft_summary.json").write_text(json.dumps(info, indent=2))

@@ -34,9 +34,11 @@ def make_demos(tc: TrainConfig, out: Path) -> Path:
     from vla_envs import demo_settings, generate_demos
 
     try:
-        settings = demo_settings(tc.env_train, episodes_per_task=tc.sft.num_demos, seed=tc.sft.demo_seed)
+        settings = demo_settings(
+            tc.env_train, episodes_per_task=tc.sft.num_demos, seed=tc.sft.demo_seed, **tc.sft.demo_options
+        )
     except ValueError as exc:
-        raise ValueError(f"vla-sft (env.train): {exc}") from None
+        raise ValueError(f"vla-sft (env.train, sft.demo_options): {exc}") from None
     demo_dir = out / "demos"
     stamp = demo_dir / "settings.json"
     if stamp.exists() and json.loads(stamp.read_text()) == settings:
@@ -100,10 +102,12 @@ def run_sft(tc: TrainConfig) -> Path:
     out = sft_output_dir(tc)
     out.mkdir(parents=True, exist_ok=True)
     demo_dir = make_demos(tc, out)
+    demo_seconds = round(time.time() - t_start, 1)
     data = load_demos(demo_dir)
     meta = data["meta"]
     print(
-        f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f}"
+        f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f} "
+        f"({demo_seconds}s)"
     )
     task_names = sorted({ep["task"] for ep in meta["episodes"]})
     task_of_episode = np.asarray([task_names.index(ep["task"]) for ep in meta["episodes"]])
@@ -156,6 +160,7 @@ def run_sft(tc: TrainConfig) -> Path:
         "num_tasks": len(task_names),
         "sft_steps": tc.sft.steps,
         "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "demo_seconds": demo_seconds,
         "wall_seconds": round(time.time() - t_start, 1),
     }
     (out / "sft_summary.json").write_text(json.dumps(info, indent=2))

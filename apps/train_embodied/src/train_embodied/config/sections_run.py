@@ -133,7 +133,9 @@ class ClusterSection:
 
 @dataclass
 class SFTSection:
-    """`sft`: supervised warm start on scripted-expert demonstrations (`vla-sft`)."""
+    """`sft`: supervised warm start on scripted-expert demonstrations (`vla-sft`). `demo_options`: keywords of the
+    env type's demo source (`vla_envs.demo_settings`; e.g. PutOnPlateInScene25's `perturb_xyz`), refused by it when
+    it does not take them."""
 
     num_demos: int = 20
     demo_seed: int = 0
@@ -142,6 +144,7 @@ class SFTSection:
     lr: float = 3e-4
     augment_shift: int = 4
     output_dir: str | None = None
+    demo_options: dict[str, Any] = field(default_factory=dict)
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.num_demos", self.num_demos, 1)

@@ -12,6 +12,7 @@
 # (printed at the end) holds summary.json, tensorboard logs, checkpoints and the final policy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/hydra_quote.sh
 CONFIG="${CONFIG:-metaworld_ppo_tiny_cpu}"
 RUNS="${RUNS:-runs}"
 VENV="${VENV:-.venv}"
@@ -35,12 +36,12 @@ fi
 
 start=$(date +%s)
 echo "[quickstart] 1/2 demos + supervised warm start ($CONFIG)"
-POLICY=$(vla-sft "$CONFIG" runner.logger.log_path="$RUNS" | tail -n 1)
+POLICY=$(vla-sft "$CONFIG" "runner.logger.log_path=$(hydra_quote "$RUNS")" | tail -n 1)
 warm=$(date +%s)
 echo "[quickstart] warm-start policy: $POLICY ($(( warm - start )) s)"
 
 echo "[quickstart] 2/2 evaluate, RL, evaluate"
-vla-train "$CONFIG" runner.logger.log_path="$RUNS" actor.model.model_path="$POLICY" "$@"
+vla-train "$CONFIG" "runner.logger.log_path=$(hydra_quote "$RUNS")" "actor.model.model_path=$(hydra_quote "$POLICY")" "$@"
 end=$(date +%s)
 echo "[quickstart] finished in $(( end - start )) s after install (warm start $(( warm - start )) s," \
     "vla-train $(( end - warm )) s); 1-min load average at the end: $(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo n/a)"

@@ -15,7 +15,9 @@ import shipped_runs
 from train_embodied.config import load_train_config
 
 TINY = "maniskill_put_on_plate_ppo_tiny_cpu"
-MAIN_TRAIN_EPISODE_IDS = 802_816  # PutOnPlateInScene25Main-v3, obj_set=train: 16 carrots x 16 overlays x 784 x 4
+MAIN_TRAIN_EPISODE_IDS = (
+    802_816  # PutOnPlateInScene25Main-v3, obj_set=train: 16 carrots x 16 overlays x 784 x 4
+)
 
 
 @pytest.mark.slow
@@ -35,7 +37,9 @@ def test_tiny_cpu_config_evaluates_on_starts_no_demo_and_no_training_episode_use
     assert train.task == ev.task == "PutOnPlateInScene25Main-v3"
     assert train.extra.get("obj_set", "train") == ev.extra.get("obj_set", "train") == "train"
     total = MAIN_TRAIN_EPISODE_IDS
-    trained = set(episode_ids(np.arange(train.num_trials_per_task), train.num_trials_per_task, total).tolist())
+    trained = set(
+        episode_ids(np.arange(train.num_trials_per_task), train.num_trials_per_task, total).tolist()
+    )
     demo_trials = DEMO_TRIAL_OFFSET + sft.demo_seed * sft.num_demos + np.arange(sft.num_demos)
     demos = set(episode_ids(demo_trials, 1, total).tolist())
     first = tc.eval_run.trial_offset

@@ -11,14 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from train_embodied.config.build import TrainConfig
+from train_embodied.config.train_config import TrainConfig
 from train_embodied.policy_io import build_policy_for_run, select_proprio
+from train_embodied.progress import progress_bar
 
 
 def sft_output_dir(tc: TrainConfig) -> Path:
@@ -44,7 +45,7 @@ def make_demos(tc: TrainConfig, out: Path) -> Path:
     if stamp.exists() and json.loads(stamp.read_text()) == settings:
         print(f"[sft] reusing demos in {demo_dir}")
         return demo_dir
-    generate_demos(demo_dir, settings, num_workers=2, progress=tc.runner.progress_bar)
+    generate_demos(demo_dir, settings, num_workers=2, progress=partial(progress_bar, tc.runner.progress_bar))
     stamp.write_text(json.dumps(settings))
     return demo_dir
 
@@ -136,7 +137,7 @@ def run_sft(tc: TrainConfig) -> Path:
     texts = data["task_descriptions"]
     n = len(images)
     losses = []
-    bar = tqdm(range(tc.sft.steps), desc="sft", disable=not tc.runner.progress_bar, unit="step")
+    bar = progress_bar(tc.runner.progress_bar, iterable=range(tc.sft.steps), desc="sft", unit="step")
     for _ in bar:
         idx = task_balanced_indices(step_task, min(tc.sft.batch_size, n), g)
         obs = {

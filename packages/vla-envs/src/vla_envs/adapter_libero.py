@@ -38,5 +38,6 @@ LIBERO = register_adapter(
         check_config="vla_envs.libero.options:resolve_options",
         task_grouping=suite_grouping,
         offload=True,
+        check_setup="vla_envs.libero.env:check_setup",
     )
 )

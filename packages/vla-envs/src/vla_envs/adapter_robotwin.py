@@ -12,5 +12,6 @@ ROBOTWIN = register_adapter(
         task_lister="vla_envs.robotwin:list_robotwin_tasks",
         check_config="vla_envs.robotwin.options:resolve_options",
         offload=True,
+        check_setup="vla_envs.robotwin.runtime:check_setup",
     )
 )

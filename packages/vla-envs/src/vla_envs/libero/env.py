@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
 from vla_envs.config import EnvConfig
 from vla_envs.libero.options import resolve_options
 from vla_envs.libero.sim import ACTION_DIM
-from vla_envs.libero.suites import INSTALL_HINT, SUITES, resolve_tasks
+from vla_envs.libero.suites import SUITES, check_libero_installed, resolve_tasks
+from vla_envs.setup_errors import check_mujoco_gl
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
 
@@ -17,11 +16,12 @@ from vla_envs.vector import VectorEnv
 INIT_STATES_PER_TASK = 50
 
 
-def check_libero_installed() -> None:
-    """Raise ImportError naming what is missing and how to install it."""
-    missing = [m for m in ("libero", "robosuite", "mujoco") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportError(f"env_type='libero' needs the Python package(s) {missing}; {INSTALL_HINT}")
+def check_setup(cfg: EnvConfig) -> None:
+    """Raise a `SimulatorSetupError` when this machine lacks what the env of `cfg` needs: LIBERO's packages and,
+    when it renders, MuJoCo's OpenGL backend."""
+    check_libero_installed()
+    if cfg.render:
+        check_mujoco_gl("libero")
 
 
 def libero_spec(cfg: EnvConfig) -> SimSpec:

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
-from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, run_demo_jobs, stack_steps, write_demos
+from vla_envs.demos import (
+    DEMO_TRIAL_OFFSET,
+    STEP_KEYS,
+    Progress,
+    run_demo_jobs,
+    stack_steps,
+    write_demos,
+)
 from vla_envs.maniskill import put_on_plate
 
 
@@ -178,7 +185,7 @@ def generate_put_on_plate_demos(
     num_workers: int = 2,
     episodes_per_job: int = 5,
     start_method: str = "forkserver",
-    progress: bool = True,
+    progress: Progress = True,
 ) -> dict[str, Any]:
     """Run the scripted expert (module docstring) and write a demo directory; returns its metadata.
 
@@ -198,7 +205,7 @@ def generate_put_on_plate_demos(
             asset folders). Each builds one env (20-60 s on a CPU renderer).
         episodes_per_job: Episodes per work item (one shard each).
         start_method: multiprocessing start method.
-        progress: Show a tqdm progress bar.
+        progress: A tqdm progress bar (True), none (False), or a bar factory (`vla_envs.demos.Progress`).
     """
 
     from vla_envs.maniskill.runtime import check_task

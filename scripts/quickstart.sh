@@ -3,6 +3,8 @@
 #
 #   bash scripts/quickstart.sh                       # PPO on drawer-close-v3 (config metaworld_ppo_tiny_cpu)
 #   CONFIG=metaworld_grpo_tiny_cpu bash scripts/quickstart.sh      # the same with GRPO
+#   CONFIG=maniskill_put_on_plate_ppo_tiny_cpu bash scripts/quickstart.sh   # ManiSkill3 PutOnPlateInScene25Main-v3
+#       (assets: $MS_ASSET_DIR / $MANISKILL_ASSET_DIR, else the stand-in pack written under $RUNS)
 #   bash scripts/quickstart.sh runner.max_epochs=10  # extra Hydra overrides go to vla-train
 #
 # Steps: install (scripts/setup.sh; QUICKSTART_SKIP_SETUP=1 skips it), scripted-expert demos + supervised warm
@@ -23,6 +25,14 @@ case "$VENV" in
     *) export PATH="$PWD/$VENV/bin:$PATH" ;;
 esac
 export MUJOCO_GL="${MUJOCO_GL:-egl}" PYOPENGL_PLATFORM="${PYOPENGL_PLATFORM:-egl}"
+
+if [[ "$CONFIG" == maniskill_put_on_plate* && -z "${MS_ASSET_DIR:-}" ]]; then
+    # no PutOnPlateInScene25 assets named: the stand-in pack (simple meshes, plain overlays, 1 MB, written once)
+    mkdir -p "$RUNS"
+    PACK="$(cd "$RUNS" && pwd)/maniskill-standin"
+    python scripts/maniskill_standin_assets.py --out "$PACK"
+    export MS_ASSET_DIR="$PACK" MANISKILL_ASSET_DIR="$PACK"
+fi
 
 start=$(date +%s)
 echo "[quickstart] 1/2 demos + supervised warm start ($CONFIG)"

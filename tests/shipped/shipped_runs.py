@@ -232,15 +232,16 @@ def _libero_fixed_starts(name: str) -> bool:
 
 # Configs whose evaluation shares starts with training on purpose, with the reason. ManiSkill PutOnPlateInScene25Main:
 # training draws every episode id of obj_set=train and the guides' in-distribution table evaluates on those scenes
-# (their held-out table is env@env.eval=maniskill_put_on_plate_25_ood, other objects). LIBERO on its fixed initial
-# states: every suite has 50 per task, and the guide evaluates "every combination of task_id and trial_id" after
-# training on them (a config on LIBERO's sampled starts is checked like any other).
+# (their held-out table is env@env.eval=maniskill_put_on_plate_25_ood, other objects); the tiny CPU config holds its
+# evaluation starts out. LIBERO on its fixed initial states: every suite has 50 per task, and the guide evaluates
+# "every combination of task_id and trial_id" after training on them (a config on LIBERO's sampled starts is checked
+# like any other).
 SHARED_STARTS = {
     name: reason
     for name in list_configs()
     for reason in [
         "ManiSkill PutOnPlateInScene25Main: the guides' in-distribution table evaluates the training episode ids"
-        if name.startswith("maniskill_")
+        if name.startswith("maniskill_") and not name.endswith("_tiny_cpu")
         else "LIBERO: 50 fixed initial states per task, trained and evaluated as in the guide"
         if name.startswith("libero_") and _libero_fixed_starts(name)
         else None
@@ -276,6 +277,15 @@ def start_keys(tc: Any, split: str) -> set[tuple[Any, ...]]:
 
         tasks = [t.name for t in resolve_libero_tasks(env.task, env.task_set)]
         start = lambda task, trial: ("libero", task, trial)  # noqa: E731
+    elif env.env_type == "maniskill" and env.task == "PutOnPlateInScene25Main-v3":
+        from vla_envs.maniskill.put_on_plate import episode_ids
+
+        # a trial's start is the task episode id it draws (carrot, overlay, placement, turn); 802,816 ids with
+        # obj_set=train (16 carrots x 16 overlays x 784 placements x 4 turns)
+        assert env.extra.get("obj_set", "train") == "train", "count the ids of this obj_set"
+        tasks = [env.task]
+        n_trials = env.num_trials_per_task
+        start = lambda task, trial: ("maniskill", task, int(episode_ids([trial], n_trials, 802_816)[0]))  # noqa: E731
     else:
         pytest.fail(f"no start rule for env_type {env.env_type!r}: add one (or a SHARED_STARTS reason)")
     if split == "train":

@@ -35,9 +35,11 @@ def make_demos(tc: TrainConfig, out: Path) -> Path:
     from vla_envs import demo_settings, generate_demos
 
     try:
-        settings = demo_settings(tc.env_train, episodes_per_task=tc.sft.num_demos, seed=tc.sft.demo_seed)
+        settings = demo_settings(
+            tc.env_train, episodes_per_task=tc.sft.num_demos, seed=tc.sft.demo_seed, **tc.sft.demo_options
+        )
     except ValueError as exc:
-        raise ValueError(f"vla-sft (env.train): {exc}") from None
+        raise ValueError(f"vla-sft (env.train, sft.demo_options): {exc}") from None
     demo_dir = out / "demos"
     stamp = demo_dir / "settings.json"
     if stamp.exists() and json.loads(stamp.read_text()) == settings:

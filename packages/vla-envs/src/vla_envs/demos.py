@@ -102,21 +102,39 @@ def demo_env_types() -> tuple[str, ...]:
     return tuple(a.name for a in adapters() if a.demos is not None and a.demos.settings is not None)
 
 
-def demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> dict[str, Any]:
+def demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0, **options: Any) -> dict[str, Any]:
     """The settings of `generate_demos` that record demos as env `cfg` observes and acts (for MetaWorld: its tasks,
     image size, cameras, action repeat, episode length, reward mode and MetaWorld options), so a policy
     warm-started on them sees what the RL envs show it: `env_type` and the keywords of its adapter's
     `ScriptedDemos.generate` (`ScriptedDemos.settings`). JSON-friendly (a demo folder's stamp).
 
+    `options`: keywords of the env type's demo source beyond these (e.g. PutOnPlateInScene25's `perturb_xyz`);
+    one it does not take is refused.
+
     Raises:
-        ValueError: an env type without scripted experts (names the ones that have them), or unknown tasks.
+        ValueError: an env type without scripted experts (names the ones that have them), unknown tasks, or an
+            option the env type's demo source does not take.
     """
+    import inspect
+
     demos = get_adapter(cfg.env_type).demos
     if demos is None or demos.settings is None:
         raise ValueError(
             f"scripted-expert demos exist for env_type {list(demo_env_types())} only, got env_type={cfg.env_type!r}"
         )
-    settings = resolve_ref(demos.settings)(cfg, episodes_per_task=episodes_per_task, seed=seed)
+    make_settings = resolve_ref(demos.settings)
+    taken = [
+        p.name
+        for p in inspect.signature(make_settings).parameters.values()
+        if p.kind is p.KEYWORD_ONLY and p.name not in ("episodes_per_task", "seed")
+    ]
+    unknown = sorted(set(options) - set(taken))
+    if unknown:
+        raise ValueError(
+            f"demo option(s) {unknown} are not taken by env_type={cfg.env_type!r}'s scripted-expert demos; "
+            f"it takes {taken or 'none'}"
+        )
+    settings = make_settings(cfg, episodes_per_task=episodes_per_task, seed=seed, **options)
     return {"env_type": cfg.env_type, **settings}
 
 

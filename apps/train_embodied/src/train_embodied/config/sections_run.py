@@ -211,7 +211,9 @@ class ClusterSection:
 
 @dataclass
 class SFTSection:
-    """`sft`: supervised warm start on scripted-expert demonstrations (`vla-sft`)."""
+    """`sft`: supervised warm start on scripted-expert demonstrations (`vla-sft`). `demo_options`: keywords of the
+    env type's demo source (`vla_envs.demo_settings`; e.g. PutOnPlateInScene25's `perturb_xyz`), refused by it when
+    it does not take them."""
 
     num_demos: int = 20
     """Scripted-expert episodes per task for the supervised warm start."""
@@ -228,6 +230,9 @@ class SFTSection:
     output_dir: str | None = None
     """Folder of the warm start's demos and policy; null:
     `<runner.logger.log_path>/sft/<runner.logger.experiment_name>`."""
+    demo_options: dict[str, Any] = field(default_factory=dict)
+    """Keywords of the env type's demo source (`vla_envs.demo_settings`; e.g. PutOnPlateInScene25's `perturb_xyz`
+    and `perturb_turn`), refused by it when it does not take them."""
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.num_demos", self.num_demos, 1)

@@ -32,7 +32,7 @@ from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.cpu_sim import instruction_for, reset_seed
 from vla_envs.maniskill.observations import batch_obs
 from vla_envs.maniskill.options import ManiSkillOptions
-from vla_envs.maniskill.runtime import make_raw_env
+from vla_envs.maniskill.runtime import make_task_env
 from vla_envs.video import EpisodeVideoRecorder
 
 
@@ -80,7 +80,7 @@ class ManiSkillGPUEnv(BatchedEnv):
         self.num_reset_states = cfg.num_trials_per_task
         self.family = opts.put_on_plate  # a PutOnPlateInScene25 task: its instruction, reward, episode ids
         self.instruction = "" if self.family else instruction_for(opts)
-        self.env = make_raw_env(opts.task, **opts.make_kwargs(num_envs=cfg.num_envs))
+        self.env = make_task_env(opts, num_envs=cfg.num_envs)
         self.base = self.env.unwrapped
         self.device = self.base.device
         b = self.num_envs

@@ -182,14 +182,24 @@ def is_vulkan_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(s in str(exc) for s in _VULKAN_ERRORS)
 
 
-def make_raw_env(env_id: str, **kwargs: Any) -> Any:
+def make_raw_env(env_id: str, *, task_class: Any = None, **kwargs: Any) -> Any:
     """`gym.make(env_id, **kwargs)` with Vulkan errors turned into `ManiSkillUnavailableError`.
 
+    Args:
+        env_id: A registered ManiSkill env id.
+        task_class: Build this subclass of the id's registered class instead (with the id's default keywords
+            and `kwargs`; no gymnasium wrappers): `put_on_plate_cost.task_class`.
+
     Returns:
-        The gymnasium env returned by ManiSkill (use `.unwrapped` for the batched `BaseEnv`).
+        The gymnasium env returned by ManiSkill, or the `task_class` env (use `.unwrapped` for the batched
+        `BaseEnv` either way).
     """
     gym = import_maniskill()
     try:
+        if task_class is not None:
+            from mani_skill.utils.registration import REGISTERED_ENVS
+
+            return task_class(**{**REGISTERED_ENVS[env_id].default_kwargs, **kwargs})
         return gym.make(env_id, **kwargs)
     except RuntimeError as exc:
         if is_vulkan_error(exc):
@@ -198,6 +208,21 @@ def make_raw_env(env_id: str, **kwargs: Any) -> Any:
                 f"({_first_line(exc)}): {VULKAN_HELP}"
             ) from exc
         raise
+
+
+def make_task_env(opts: Any, num_envs: int) -> Any:
+    """The raw ManiSkill env of resolved options `opts` (`ManiSkillOptions`) with `num_envs` sub-envs: a
+    PutOnPlateInScene25 task is built as the class its step-cost options give (`put_on_plate_cost.task_class`)."""
+    kwargs = opts.make_kwargs(num_envs=num_envs)
+    if not opts.put_on_plate:
+        return make_raw_env(opts.task, **kwargs)
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    from vla_envs.maniskill.put_on_plate_cost import task_class
+
+    registered = REGISTERED_ENVS[opts.task].cls
+    cls = task_class(registered, grasp_check=opts.grasp_check, render_scale=opts.render_scale)
+    return make_raw_env(opts.task, task_class=None if cls is registered else cls, **kwargs)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -108,6 +108,9 @@ def main() -> None:
     parser.add_argument("--action-repeat", type=int, default=4)
     parser.add_argument("--torch-threads", type=int, default=1)
     parser.add_argument("--no-ray", action="store_true")
+    parser.add_argument(
+        "--timeout-s", type=float, default=1800.0, help="the groups' call timeout (the trainer's)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.torch_threads)
     load_before = os.getloadavg()[0]
@@ -118,9 +121,15 @@ def main() -> None:
     policy = tiny_policy(args, env.action_dim)
     placement = resolve_placement({"env": "0", "rollout": "0"}, num_nodes=1, num_gpus_per_node=0)
     backend = LocalBackend()
-    envs = WorkerGroup(EnvWorker, placement["env"], backend=backend, args=(cfg,))
+    # timeout_s as the trainer sets it (cluster.worker_timeout_s): every call then runs on the worker's own thread
+    timed = {"timeout_s": args.timeout_s}
+    envs = WorkerGroup(EnvWorker, placement["env"], backend=backend, args=(cfg,), **timed)
     rollout = WorkerGroup(
-        RolloutWorker, placement["rollout"], backend=backend, args=(args, env.action_dim, args.torch_threads)
+        RolloutWorker,
+        placement["rollout"],
+        backend=backend,
+        args=(args, env.action_dim, args.torch_threads),
+        **timed,
     )
     # bare runs are interleaved with each backend's runs and compared only with those (same background load)
     times: dict[str, list[float]] = {"bare_local": [], "local": []}
@@ -142,12 +151,13 @@ def main() -> None:
 
         ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
         ray_backend = RayBackend(num_nodes=1, num_gpus_per_node=0)
-        envs = WorkerGroup(EnvWorker, placement["env"], backend=ray_backend, args=(cfg,))
+        envs = WorkerGroup(EnvWorker, placement["env"], backend=ray_backend, args=(cfg,), **timed)
         rollout = WorkerGroup(
             RolloutWorker,
             placement["rollout"],
             backend=ray_backend,
             args=(args, env.action_dim, args.torch_threads),
+            **timed,
         )
         times["ray"], times["bare_ray"] = [], []
         try:

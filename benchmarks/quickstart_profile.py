@@ -55,7 +55,13 @@ def _timed(name: str, fn: Any) -> Any:
 
 
 def bare_update(
-    policy: Any, optimizer: torch.optim.Optimizer, batch: Any, settings: Any
+    policy: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: Any,
+    *,
+    update_epoch: int,
+    global_batch_size: int,
+    micro_batch_size: int,
 ) -> tuple[float, int]:
     """Train `policy` on `batch` as `ppo_update` would, without the framework: (seconds, sample passes)."""
     fi_all = batch.forward_inputs
@@ -65,13 +71,13 @@ def bare_update(
     policy.eval()
     forward = 0.0
     t0 = time.perf_counter()
-    for _ in range(settings.update_epoch):
+    for _ in range(update_epoch):
         perm = idx_all[torch.randperm(n, generator=generator)]
-        for start in range(0, n, settings.global_batch_size):
-            minibatch = perm[start : start + settings.global_batch_size]
+        for start in range(0, n, global_batch_size):
+            minibatch = perm[start : start + global_batch_size]
             optimizer.zero_grad(set_to_none=True)
-            for m in range(0, len(minibatch), settings.micro_batch_size):
-                micro = minibatch[m : m + settings.micro_batch_size]
+            for m in range(0, len(minibatch), micro_batch_size):
+                micro = minibatch[m : m + micro_batch_size]
                 t_forward = time.perf_counter()
                 logprobs, _, values = policy.evaluate({k: v[micro] for k, v in fi_all.items()})
                 forward += time.perf_counter() - t_forward
@@ -79,29 +85,34 @@ def bare_update(
                 loss.backward()
             optimizer.step()
     _SPENT["bare_forward"] += forward / 2  # run twice per update (before and after it)
-    return time.perf_counter() - t0, n * settings.update_epoch
+    return time.perf_counter() - t0, n * update_epoch
 
 
 def _profiled_ppo_update(original: Any) -> Any:
     @functools.wraps(original)
-    def wrapper(policy: Any, optimizer: Any, batch: Any, s: Any, **kwargs: Any) -> Any:
+    def wrapper(policy: Any, optimizer: Any, batch: Any, algo: Any, optim: Any, **kwargs: Any) -> Any:
         # the bare loop runs once before and once after, on copies (same weights and Adam state): a load that
         # changes during the update weighs on both sides alike
         twins = [copy.deepcopy((policy, optimizer)) for _ in range(2)]
         _UPDATE_THREADS[0] = torch.get_num_threads()  # actor.torch_num_threads, the bare loop's as well
-        before_s, bare_samples = bare_update(*twins[0], batch, s)
+        sizes = {
+            "update_epoch": algo.update_epoch,
+            "global_batch_size": kwargs["global_batch_size"],
+            "micro_batch_size": kwargs["micro_batch_size"],
+        }
+        before_s, bare_samples = bare_update(*twins[0], batch, **sizes)
         policy.evaluate = _timed("update_forward", policy.evaluate)  # this instance only, for this call
         t0 = time.perf_counter()
         try:
-            out = original(policy, optimizer, batch, s, **kwargs)
+            out = original(policy, optimizer, batch, algo, optim, **kwargs)
         finally:
             _SPENT["ppo_update"] += time.perf_counter() - t0
             del policy.evaluate
-        after_s, _ = bare_update(*twins[1], batch, s)
+        after_s, _ = bare_update(*twins[1], batch, **sizes)
         _SPENT["bare_loop"] += before_s + after_s  # taken out of the iteration's time
         _SPENT["bare_mean"] += (before_s + after_s) / 2
         _SPENT["bare_samples"] += bare_samples
-        _SPENT["update_samples"] += float(out[0].get("train/actor/num_samples", 0.0)) * s.update_epoch
+        _SPENT["update_samples"] += float(out[0].get("train/actor/num_samples", 0.0)) * algo.update_epoch
         return out
 
     return wrapper

@@ -1,6 +1,6 @@
 """Each guide model at its real size (random weights, bf16) through the trainer's own code, with its memory bound.
 
-Families and the guide settings they are built with (apps/train_embodied/configs, ../shared/seeds):
+Families and the guide settings they are built with (apps/train_embodied/configs, from the reference guides):
 
 - ``openvla``: OpenVLA 7B as ``maniskill_ppo_openvla`` (7 action dims, one token each, value head, LoRA r=32);
 - ``openvla_oft``: OpenVLA-OFT 7B as ``robotwin_place_empty_cup_grpo_openvlaoft`` (official layout, 14-d proprio
@@ -291,7 +291,7 @@ def run_child(args: argparse.Namespace) -> int:
         from train_embodied.batches import SampleBatch
         from train_embodied.config.sections import AlgorithmSection, OptimSection
         from train_embodied.policy_io import build_optimizer
-        from train_embodied.update import UpdateSettings, ppo_update
+        from train_embodied.update import ppo_update
         from vla_infra import enable_gradient_checkpointing
         from vla_models import build_policy, cpu_float32_products, get_family, load_policy, rl_parameters
         from vla_models.lora import merge_lora_
@@ -394,14 +394,20 @@ def run_child(args: argparse.Namespace) -> int:
         )
         optim = OptimSection(lr=run["lr"], value_lr=run["value_lr"])
         algo = AlgorithmSection(loss_type=run["loss_type"], update_epoch=1)
-        settings = UpdateSettings.from_sections(algo, optim, micro_batch_size=1, global_batch_size=1)
         optimizer = build_optimizer(policy, optim)
         lora_before = [p.detach().clone() for p in lora[:4]]
         frozen = next(p for p in params if not p.requires_grad)
         frozen_before = frozen.detach().float().sum().item()
         policy.eval()  # as the actor worker trains: no dropout, the ratio starts at 1
         metrics, steps = ppo_update(
-            policy, optimizer, batch, settings, generator=torch.Generator().manual_seed(0)
+            policy,
+            optimizer,
+            batch,
+            algo,
+            optim,
+            micro_batch_size=1,
+            global_batch_size=1,
+            generator=torch.Generator().manual_seed(0),
         )
         check(steps == 1, f"{name}: the update took {steps} optimizer steps, want 1")
         for k, v in metrics.items():

@@ -15,6 +15,7 @@ if [[ $# -lt 1 ]]; then
     exit 2
 fi
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
+source "$REPO/scripts/hydra_quote.sh"
 CONFIG="$1"
 shift
 export MUJOCO_GL="${MUJOCO_GL:-egl}" PYOPENGL_PLATFORM="${PYOPENGL_PLATFORM:-egl}"
@@ -43,6 +44,7 @@ print(next((str(r) for r in runs if latest_checkpoint(r / "checkpoints") is not 
 fi
 LOG_DIR="${LOG_DIR:-$LOGS_ROOT/$(date +'%Y%m%d-%H:%M:%S')-$NAME}"
 mkdir -p "$LOG_DIR"
-echo "[run_embodiment] $VLA_TRAIN $CONFIG runner.logger.log_dir=$LOG_DIR $*" | tee -a "$LOG_DIR/run_embodiment.log"
-"$VLA_TRAIN" "$CONFIG" runner.logger.log_dir="$LOG_DIR" "$@" 2>&1 | tee -a "$LOG_DIR/run_embodiment.log"
+LOG_DIR_OVERRIDE="runner.logger.log_dir=$(hydra_quote "$LOG_DIR")"
+echo "[run_embodiment] $VLA_TRAIN $CONFIG $LOG_DIR_OVERRIDE $*" | tee -a "$LOG_DIR/run_embodiment.log"
+"$VLA_TRAIN" "$CONFIG" "$LOG_DIR_OVERRIDE" "$@" 2>&1 | tee -a "$LOG_DIR/run_embodiment.log"
 exit "${PIPESTATUS[0]}"

@@ -9,6 +9,8 @@ bash scripts/setup.sh --fresh
 # The RoboTwin integration tests (packages/vla-envs/tests/test_robotwin_real.py) find it through ROBOTWIN_VENV.
 export ROBOTWIN_VENV="${ROBOTWIN_VENV:-$PWD/.venv-robotwin}"
 bash scripts/setup_robotwin.sh
+# Headless Chromium for the docs site's browser test (tests/docs/), from Debian's packages where apt can install it.
+if [[ "${VLA_SKIP_SYSTEM_DEPS:-0}" != "1" ]]; then bash scripts/install_browser.sh || echo "[browser] not installed"; fi
 "$VENV/bin/ruff" check .
 "$VENV/bin/ruff" format --check .
 # Strict: a test skipped for any reason other than a missing CUDA GPU fails (a broken extra must not hide).

@@ -3,8 +3,9 @@
 A node is a module (`vla_envs.vector`; a package is its `__init__`). An edge `a -> b` says that module `a`
 imports module `b`. Counted: every `import x` / `from x import y` / relative `from .x import y` at module level,
 and with `lazy=True` (the default) also those inside functions and methods (a lazy import is still a
-dependency: it runs whenever that code runs; `lazy=False` gives the graph of what runs at import time). Not
-counted: imports under `if TYPE_CHECKING:` (they never run; annotations only).
+dependency: it runs whenever that code runs; `lazy=False` gives the graph of what runs at import time). Imports
+under `if TYPE_CHECKING:` (they never run: annotations only) are counted with `annotations=True`: a cycle of
+annotations is still two modules that each need the other to be read.
 
 `from pkg import name` points at the module `pkg.name` when that is a module of the tree, else at `pkg`.
 Importing `a.b.c` also runs `a/__init__` and `a/b/__init__`, but those edges are not added: a package's
@@ -51,12 +52,15 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(tree: ast.AST, *, lazy: bool) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement, skipping the bodies of `if TYPE_CHECKING:` (and of functions unless `lazy`)."""
+def _imports(
+    tree: ast.AST, *, lazy: bool, annotations: bool = False
+) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement, skipping the bodies of `if TYPE_CHECKING:` unless `annotations` (and of functions
+    unless `lazy`)."""
     stack = [tree]
     while stack:
         node = stack.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if isinstance(node, ast.If) and _is_type_checking(node.test) and not annotations:
             stack.extend(node.orelse)
             continue
         if not lazy and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
@@ -66,12 +70,14 @@ def _imports(tree: ast.AST, *, lazy: bool) -> Iterator[ast.Import | ast.ImportFr
         stack.extend(ast.iter_child_nodes(node))
 
 
-def imported_names(module: str, path: Path, *, lazy: bool = True) -> list[tuple[str, str | None]]:
+def imported_names(
+    module: str, path: Path, *, lazy: bool = True, annotations: bool = False
+) -> list[tuple[str, str | None]]:
     """`(module, name)` of every import of `module` (at `path`), relative imports resolved: `import x` gives
     `("x", None)`, `from x import y` gives `("x", "y")`."""
     is_package = path.name == "__init__.py"
     out: list[tuple[str, str | None]] = []
-    for node in _imports(ast.parse(path.read_text(), filename=str(path)), lazy=lazy):
+    for node in _imports(ast.parse(path.read_text(), filename=str(path)), lazy=lazy, annotations=annotations):
         if isinstance(node, ast.Import):
             out += [(alias.name, None) for alias in node.names]
             continue
@@ -87,11 +93,13 @@ def imported_names(module: str, path: Path, *, lazy: bool = True) -> list[tuple[
     return out
 
 
-def imported_modules(module: str, path: Path, known: set[str], *, lazy: bool = True) -> set[str]:
+def imported_modules(
+    module: str, path: Path, known: set[str], *, lazy: bool = True, annotations: bool = False
+) -> set[str]:
     """Dotted names of what `module` (at `path`) imports; for `from x import y` the module `x.y` when `known`
     has it, else `x`."""
     out: set[str] = set()
-    for target, name in imported_names(module, path, lazy=lazy):
+    for target, name in imported_names(module, path, lazy=lazy, annotations=annotations):
         sub = f"{target}.{name}"
         out.add(sub if name is not None and sub in known else target)
     return out
@@ -105,15 +113,16 @@ def all_module_files(root: Path = ROOT) -> dict[str, Path]:
     return files
 
 
-def build_graph(root: Path = ROOT, *, lazy: bool = True) -> dict[str, set[str]]:
+def build_graph(root: Path = ROOT, *, lazy: bool = True, annotations: bool = False) -> dict[str, set[str]]:
     """{module: modules of the tree it imports} over every package and app (imports of third-party or
-    standard-library modules are dropped; imports of another package or app are kept)."""
+    standard-library modules are dropped; imports of another package or app are kept); with `annotations` also
+    the imports under `if TYPE_CHECKING:`."""
     files = all_module_files(root)
     known = set(files)
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
         targets = set()
-        for name in imported_modules(module, path, known, lazy=lazy):
+        for name in imported_modules(module, path, known, lazy=lazy, annotations=annotations):
             # `import a.b.c` where only `a.b` is a module of the tree (c is an attribute): use the longest known
             parts = name.split(".")
             while parts and ".".join(parts) not in known:
@@ -208,7 +217,7 @@ def private_imports(root: Path = ROOT) -> list[tuple[str, str]]:
     for module, path in sorted(all_module_files(root).items()):
         if top_of(module) not in apps:
             continue
-        for target, name in imported_names(module, path):
+        for target, name in imported_names(module, path, annotations=True):
             if top_of(target) in apps or top_of(target) not in source_roots(root):
                 continue
             parts = target.split(".") + ([name] if name else [])
@@ -219,13 +228,13 @@ def private_imports(root: Path = ROOT) -> list[tuple[str, str]]:
 
 def main() -> int:
     graph = build_graph()
-    found = cycles(graph)
-    crossing = cross_imports(graph, app_names()) + private_imports()
+    found = cycles(build_graph(annotations=True))
+    crossing = cross_imports(build_graph(annotations=True), app_names()) + private_imports()
     for top in sorted({top_of(m) for m in graph}):
         edges = sum(len(t) for m, t in graph.items() if top_of(m) == top)
         print(f"{top}: {sum(top_of(m) == top for m in graph)} modules, {edges} imports")
     for component in found:
-        print("cycle:", " <-> ".join(component))
+        print("cycle (imports of any kind, annotation-only ones included):", " <-> ".join(component))
     for component in cycles(build_graph(lazy=False)):
         print("import-time cycle:", " <-> ".join(component))
     for module, target in crossing:

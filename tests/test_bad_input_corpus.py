@@ -52,6 +52,22 @@ KEY_CASES = [
     ("backend", [CONFIG, "cluster.backend=slurm"], "cluster.backend='slurm' is not one of: local, ray"),
     ("placement", [CONFIG, "cluster.component_placement={env: 0-99}"], "cluster.component_placement="),
     ("restarts", [CONFIG, "cluster.max_worker_restarts=-1"], "cluster.max_worker_restarts=-1 is invalid"),
+    ("run-restarts", [CONFIG, "runner.max_restarts=-1"], "runner.max_restarts=-1 is invalid: must be >= 0"),
+    (
+        "worker-timeout-nan",
+        [CONFIG, "cluster.worker_timeout_s=nan"],
+        "cluster.worker_timeout_s=nan is invalid: must be a finite number of seconds > 0",
+    ),
+    (
+        "worker-timeout-zero",
+        [CONFIG, "cluster.worker_timeout_s=0"],
+        "cluster.worker_timeout_s=0.0 is invalid: must be a finite number of seconds > 0",
+    ),
+    (
+        "worker-start-timeout-inf",
+        [CONFIG, "cluster.worker_start_timeout_s=inf"],
+        "cluster.worker_start_timeout_s=inf is invalid: must be a finite number of seconds > 0",
+    ),
     ("temperature", [CONFIG, "rollout.temperature=0"], "rollout.temperature=0.0 is invalid: must be > 0"),
     ("greedy-rollouts", [CONFIG, "rollout.do_sample=false"], "rollout.do_sample=False is not supported"),
     ("adam-betas", [CONFIG, "actor.optim.adam_betas=[0.9]"], "actor.optim.adam_betas=[0.9] is invalid"),
@@ -69,8 +85,19 @@ KEY_CASES = [
     ("sft-lr", [CONFIG, "sft.lr=-1"], "sft.lr=-1.0 is invalid: must be > 0"),
     ("skip-limit", [CONFIG, "runner.max_consecutive_skipped_updates=0"], "max_consecutive_skipped_updates=0"),
     ("kl-beta", [CONFIG, "algorithm.kl_beta=-1"], "algorithm.kl_beta=-1.0 is invalid: must be >= 0.0"),
+    ("nan-lr", [CONFIG, "actor.optim.lr=nan"], "actor.optim.lr=nan is invalid: must be a finite number"),
+    ("inf-gamma", [CONFIG, "algorithm.gamma=inf"], "algorithm.gamma=inf is invalid: must be a finite number"),
+    (
+        "nan-worker-timeout",
+        [CONFIG, "env.train.worker_timeout_s=nan"],
+        "env.train.worker_timeout_s=nan is invalid: must be a finite number",
+    ),
     ("section-given-scalar", [CONFIG, "actor.optim=5"], "actor.optim=5 is invalid: expected a section"),
-    ("override-grammar", [CONFIG, "runner.max_epochs=[1,"], "cannot compose config"),
+    (
+        "override-grammar",
+        [CONFIG, "runner.max_epochs=[1,"],
+        "'runner.max_epochs=[1,' is not an override Hydra",
+    ),
     (
         "experiment-name-escapes",
         [CONFIG, "runner.logger.experiment_name=../../x"],
@@ -89,6 +116,33 @@ KEY_CASES = [
     ("override-without-value", [CONFIG, "runner.max_epochs"], "Error parsing override 'runner.max_epochs'"),
 ]
 
+#: Values Hydra's grammar cannot read unquoted (or reads as a sweep): each error line ends with the argument to
+#: paste instead (`pass <argument>`), and `test_quoting_hints_work_when_pasted` pastes it.
+QUOTING_CASES = [
+    (
+        "non-ascii",
+        [CONFIG, "runner.logger.log_path={tmp}/café"],
+        "pass \"runner.logger.log_path='{tmp}/café'\"",
+    ),
+    (
+        "semicolon",
+        [CONFIG, "runner.logger.log_path={tmp}/a;b"],
+        "pass \"runner.logger.log_path='{tmp}/a;b'\"",
+    ),
+    (
+        "parentheses",
+        [CONFIG, "runner.logger.log_path={tmp}/a(b)"],
+        "pass \"runner.logger.log_path='{tmp}/a(b)'",
+    ),
+    ("single-quote", [CONFIG, "runner.logger.log_path={tmp}/it's"], "is not an override Hydra can read"),
+    ("comma-sweep", [CONFIG, "env.train.task=reach-v3,push-v3"], "a comma makes Hydra read a sweep"),
+    (
+        "comma-in-a-mapping-key",
+        [CONFIG, "cluster.component_placement={env,rollout,actor: all}"],
+        "pass 'cluster.component_placement={env\\,rollout\\,actor: all}'",
+    ),
+]
+
 YAML_CASES = [
     ("unclosed-list", ["{tmp}/unclosed_list.yaml"], "unclosed_list.yaml:6:1: YAML syntax error"),
     ("bad-indent", ["{tmp}/bad_indent.yaml"], "bad_indent.yaml:6:8: YAML syntax error: mapping values"),
@@ -101,6 +155,13 @@ YAML_CASES = [
         "duplicate_key.yaml:6:3: YAML syntax error: found duplicate key",
     ),
     ("value-type-in-file", ["{tmp}/wrong_type.yaml"], "runner.max_epochs='many' is invalid: expected int"),
+    ("alias-bomb", ["{tmp}/alias_bomb.yaml"], "alias_bomb.yaml: its YAML aliases expand to more than 100000"),
+    (
+        "alias-bomb-in-a-group-file",
+        ["{tmp}/uses_bomb_env.yaml"],
+        "env/bomb_env.yaml: its YAML aliases expand to more than 100000",
+    ),
+    ("nesting-too-deep", ["{tmp}/deep_nesting.yaml"], "deep_nesting.yaml: nests deeper than the YAML parser"),
 ]
 
 FILE_CASES = [
@@ -213,6 +274,22 @@ RESUME_CASES = [
         "state/rank0.json is not a readable json file",
     ),
     ("resume-pickle-format", [CONFIG, "runner.resume_dir={tmp}/format_1"], "is in checkpoint format 1;"),
+    (
+        "resume-negative-iteration",
+        [CONFIG, "runner.resume_dir={tmp}/negative_iteration"],
+        "the trainer state's iteration=-3 is not a count (an int >= 0)",
+    ),
+    (
+        "resume-text-iteration",
+        [CONFIG, "runner.resume_dir={tmp}/text_iteration"],
+        "the trainer state's iteration='three' is not a count",
+    ),
+    (
+        "resume-past-max-epochs",
+        [CONFIG, "runner.resume_dir={tmp}/past_the_end"],
+        "was saved after iteration 999, past the 20 iterations this run trains (runner.max_epochs=20): nothing is "
+        "left to train",
+    ),
 ]
 
 #: Model folders (`actor.model.model_path`): missing files, config.json that is not JSON, shapes or settings that
@@ -260,9 +337,30 @@ MODEL_FOLDER_CASES = [
         "is not a published OpenVLA config (no timm_model_ids / text_config; its model_type is 'llama')",
     ),
     ("model-manifest-without-checksums", [CONFIG, MODEL + "no_checksums"], "has no sha256 for"),
+    ("model-config-too-deep", [CONFIG, MODEL + "deep_json"], "nests deeper than the JSON parser allows"),
+    (
+        "model-is-a-run-checkpoint",
+        [CONFIG, "actor.model.model_path={tmp}/finished_run/checkpoints/global_step_1"],
+        "is a run checkpoint (training state), not a policy folder: pass the run's policy folder, "
+        "actor.model.model_path={tmp}/finished_run/policy",
+    ),
+    (
+        "model-tokenizer-not-an-object",
+        [CONFIG, MODEL + "bad_tokenizer"],
+        "tokenizer.json holds a JSON array where a JSON object belongs",
+    ),
 ]
 
-CASES = KEY_CASES + YAML_CASES + FILE_CASES + GROUP_CASES + ENV_CASES + RESUME_CASES + MODEL_FOLDER_CASES
+CASES = (
+    KEY_CASES
+    + QUOTING_CASES
+    + YAML_CASES
+    + FILE_CASES
+    + GROUP_CASES
+    + ENV_CASES
+    + RESUME_CASES
+    + MODEL_FOLDER_CASES
+)
 
 BASE = "defaults:\n  - metaworld_ppo_tiny_cpu\n  - _self_\n"
 FILES = {
@@ -278,10 +376,18 @@ FILES = {
     "missing_base.yaml": "defaults:\n  - nothere\n  - _self_\n",
     "bad_default.yaml": "defaults:\n  - metaworld_ppo_tiny_cpu\n  - env@env.train: nope\n  - _self_\n",
     "notes.txt": "not a config\n",
+    # ten levels of ten aliases: 10^10 leaves once expanded, in 12 lines
+    "alias_bomb.yaml": BASE
+    + "bomb:\n  a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)),
+    "uses_bomb_env.yaml": "defaults:\n  - metaworld_ppo_tiny_cpu\n  - override env@env.train: bomb_env\n  - _self_\n",
+    "env/bomb_env.yaml": "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)),
+    "deep_nesting.yaml": BASE + "x: " + "[" * 50_000 + "]" * 50_000 + "\n",
 }
 
 
-def _checkpoint(run: Path, model: torch.nn.Module | None = None) -> Path:
+def _checkpoint(run: Path, model: torch.nn.Module | None = None, trainer: dict | None = None) -> Path:
     from vla_infra.checkpoint import checkpoint_dir, save_checkpoint
 
     optimizer = torch.optim.AdamW(model.parameters()) if model is not None else None
@@ -289,7 +395,7 @@ def _checkpoint(run: Path, model: torch.nn.Module | None = None) -> Path:
         checkpoint_dir(run / "checkpoints", 1),
         model if model is not None else {"w": torch.arange(64.0)},
         optimizer,
-        {"step": 1, "epoch": 1},
+        trainer or {"step": 1, "epoch": 1},
     )
 
 
@@ -329,6 +435,7 @@ class _Hostile:
 def corpus(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("corpus")
     for name, text in FILES.items():
+        (tmp / name).parent.mkdir(exist_ok=True)
         (tmp / name).write_text(text)
     (tmp / "a_folder" / "sub").mkdir(parents=True)
     (_checkpoint(tmp / "interrupted") / "COMPLETE").unlink()
@@ -346,6 +453,10 @@ def corpus(tmp_path_factory) -> Path:
     manifest = json.loads((old / "manifest.json").read_text())
     (old / "manifest.json").write_text(json.dumps({**manifest, "format_version": 1}))
     _model_folders(tmp / "models")
+    for name, iteration in (("negative_iteration", -3), ("text_iteration", "three"), ("past_the_end", 999)):
+        _checkpoint(tmp / name, trainer={"step": 1, "iteration": iteration})
+    _checkpoint(tmp / "finished_run", _policy())
+    shutil.copytree(tmp / "models" / "tiny", tmp / "finished_run" / "policy")
     return tmp
 
 
@@ -390,6 +501,8 @@ def _damaged_model_folders(root: Path) -> None:
             (folder / "manifest.json").unlink()
         return folder
 
+    (copy("deep_json") / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    (copy("bad_tokenizer") / "tokenizer.json").write_text("[1, 2]")
     flipped = copy("flipped", keep_manifest=True) / weights
     data = bytearray(flipped.read_bytes())
     data[len(data) // 2] ^= 0x01
@@ -513,3 +626,81 @@ def test_the_real_command_fails_fast_without_traceback(corpus: Path, argv: list[
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not (corpus / "runs").exists()  # nothing was started
     assert time.time() - t0 < 60
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"), [c[1:] for c in QUOTING_CASES], ids=[c[0] for c in QUOTING_CASES]
+)
+def test_quoting_hints_work_when_pasted(corpus: Path, argv: list[str], expected: str, capsys) -> None:
+    """The argument a quoting error suggests, split as a POSIX shell splits it, sets the value as written."""
+    import shlex
+
+    argv = [a.replace("{tmp}", str(corpus)) for a in argv]
+    with pytest.raises(SystemExit):
+        train_main([*argv, "--validate"])
+    line = capsys.readouterr().err.strip()
+    pasted = shlex.split(line.split(" pass ", 1)[1].split(" for the string")[0])
+    assert len(pasted) == 1, pasted
+    key, value = argv[1].split("=", 1)
+    try:  # --cfg prints the composed config: the value arrived as written
+        code = train_main([argv[0], *pasted, "--cfg"])
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    if key == "env.train.task":  # a string with a comma is no MetaWorld task: the value check speaks now
+        assert f"env.train.task='{value}' is not a metaworld task" in out.err
+        return
+    assert code in (0, None) and not out.err, out.err
+    import yaml
+
+    composed = yaml.safe_load(out.out)
+    node = composed
+    for part in key.split("."):
+        node = node[part]
+    if key == "cluster.component_placement":
+        assert node == {"env,rollout,actor": "all"}
+    else:
+        assert node == value
+
+
+def test_vla_eval_given_a_run_checkpoint_names_the_policy_folder(corpus: Path, capsys) -> None:
+    from train_embodied.cli import eval_main
+
+    ckpt = corpus / "finished_run" / "checkpoints" / "global_step_1"
+    with pytest.raises(SystemExit) as info:
+        eval_main([CONFIG, f"actor.model.model_path={ckpt}", "--validate"])
+    line = capsys.readouterr().err.strip()
+    assert info.value.code == 2 and len(line.splitlines()) == 1
+    assert f"pass the run's policy folder, actor.model.model_path={corpus}/finished_run/policy" in line
+    assert eval_main([CONFIG, f"actor.model.model_path={corpus}/finished_run/policy", "--validate"]) == 0
+
+
+def _without_root_file_access() -> list[str]:
+    """A command prefix under which file permissions hold: root reads every file unless it drops the
+    capabilities that bypass permission checks (util-linux's setpriv); other users need nothing."""
+    if os.geteuid() != 0:
+        return []
+    return ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+
+
+@pytest.mark.parametrize("what", ["config-file", "model-config", "model-weights"])
+def test_an_unreadable_file_is_one_line(corpus: Path, tmp_path: Path, what: str) -> None:
+    folder = tmp_path / "policy"
+    shutil.copytree(corpus / "models" / "tiny", folder)
+    config = tmp_path / "mine.yaml"
+    config.write_text(BASE)
+    target = {
+        "config-file": config,
+        "model-config": folder / "config.json",
+        "model-weights": next(folder.glob("model-*.safetensors")),
+    }[what]
+    target.chmod(0)
+    proc = subprocess.run(
+        [*_without_root_file_access(), sys.executable, "-m", "train_embodied.cli", str(config),
+         f"actor.model.model_path={folder}", "--validate"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"{target.name}" in lines[0] and "cannot be read: Permission denied" in lines[0], lines[0]

@@ -172,7 +172,7 @@ def test_ppo_filter_rewards_needs_task_groups_and_one_episode_per_env(capsys) ->
     assert lines == [
         "vla-train: config error: env.train.auto_reset=True is invalid with algorithm.filter_rewards=true and "
         "algorithm.adv_type='gae': a task's score is the mean of its env rows' first-episode scores, one episode per "
-        "env (set env.train.auto_reset=false)"
+        "env: set `env.train.auto_reset=false`"
     ], lines
     tc = load_train_config(
         "metaworld_mt10_ppo_tiny_cpu",

@@ -43,7 +43,7 @@ def test_killed_rollout_and_env_actors_are_replaced_and_resynced(tmp_path: Path,
     with RunWorkers(tc) as w:
         assert w.actor is not None
         actor = w.actor.state_dict()
-        w.sync_weights(1)
+        w.weights.sync(1)
         env = w.env_train[0]
         obs = env.reset(seed=3)
 
@@ -60,7 +60,7 @@ def test_killed_rollout_and_env_actors_are_replaced_and_resynced(tmp_path: Path,
 
         # a rollout rank gone when the next sync starts: replaced first, then the new version reaches both ranks
         ray.kill(w.rollout.handles[0].actor)
-        assert w.sync_weights(2) is not None
+        assert w.weights.sync(2) is not None
         assert w.rollout.restarts == [1, 1]
         assert [w.rollout.execute_rank(r, "weight_version") for r in range(2)] == [2, 2]
         assert all(state_dicts_equal(actor, w.rollout.execute_rank(r, "state_dict")) for r in range(2))
@@ -71,12 +71,12 @@ def test_killed_rollout_and_env_actors_are_replaced_and_resynced(tmp_path: Path,
         os.kill(_pid(env), signal.SIGKILL)
         res = env.chunk_step(out.actions.numpy())
         assert env.restarts == [1]
-        assert res.lost_mask.all() and res.final_mask.all()
+        assert res.lost.all() and res.final_mask.all()
         assert res.truncated[:, 0].all() and not res.terminated.any() and not res.rewards.any()
         np.testing.assert_array_equal(res.obs["states"], obs["states"])
         assert env.fault_stats()[0]["lost_episodes"] == 2.0
         nxt = env.chunk_step(out.actions.numpy())  # then it steps the simulators again
-        assert not nxt.lost_mask.any() and not np.array_equal(nxt.obs["states"], obs["states"])
+        assert not nxt.lost.any() and not np.array_equal(nxt.obs["states"], obs["states"])
         assert w.worker_restarts == 3
     assert not ray.is_initialized()
 

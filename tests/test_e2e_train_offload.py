@@ -67,7 +67,7 @@ def test_offload_state_at_phase_boundaries(tmp_path: Path) -> None:
         w.env_train[0].offload()
         assert w.rollout.offload_state() == {"model": True}
         assert _simulators(w.env_train[0]) == [] and not any(_alive(p) for p in simulators)
-        metrics = w.actor.update(flatten_for_update(batch, compute_advantages(batch, tc.algorithm)), 0)
+        metrics = w.actor.train(flatten_for_update(batch, compute_advantages(batch, tc.algorithm)), 0)
         assert metrics["train/actor/num_samples"] == 16 and metrics["train/actor/grad_norm"] > 0
         assert w.actor.offload_state() == actor_off and w.rollout.offload_state() == {"model": True}
         w.actor.save_checkpoint(str(tmp_path / "ckpt"), {"epoch": 1})

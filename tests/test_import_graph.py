@@ -1,5 +1,6 @@
-"""The source tree's import graph (`tests/import_graph.py`, read with `ast`): no import cycles, packages independent
-of each other and of the app, and the app on the packages' public names only."""
+"""The source tree's import graph (`tests/import_graph.py`, read with `ast`): no import cycles of any kind (at import
+time, through lazy imports, through annotation-only imports), packages independent of each other and of the app,
+and the app on the packages' public names only."""
 
 from __future__ import annotations
 
@@ -24,12 +25,14 @@ def test_the_graph_reads_every_package_and_the_app() -> None:
         "train_embodied",
     }
     assert ig.app_names() == {"train_embodied"}
-    # module-level and lazy imports are edges (lazy ones only with lazy=True); TYPE_CHECKING imports are not
+    # module-level and lazy imports are edges (lazy ones only with lazy=True); TYPE_CHECKING imports only with
+    # annotations=True
     assert "vla_envs.base" in graph["vla_envs.vector"]
     policy, layout = "vla_models.prismatic.policy_prismatic", "vla_models.prismatic.checkpoint_prismatic"
     assert layout in graph[policy]  # lazy, in save_pretrained
     assert layout not in ig.build_graph(lazy=False)[policy]
-    assert "vla_envs.config" not in graph["vla_envs.registry"]  # under `if TYPE_CHECKING:` only
+    assert "vla_envs.base" not in graph["vla_envs.registry"]  # under `if TYPE_CHECKING:` only
+    assert "vla_envs.base" in ig.build_graph(annotations=True)["vla_envs.registry"]
 
 
 def test_cycles_and_crossings_are_found(tmp_path: Path) -> None:
@@ -40,6 +43,8 @@ def test_cycles_and_crossings_are_found(tmp_path: Path) -> None:
         "packages/a/src/pa/x.py": "from .y import f\n",
         "packages/a/src/pa/y.py": "def f():\n    from pa import x\n",
         "packages/a/src/pa/_hidden.py": "",
+        "packages/a/src/pa/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pa import z\n",
+        "packages/a/src/pa/z.py": "from pa.typed import T\n",
         "packages/b/src/pb/__init__.py": "import pa.x\n",
         "apps/app/src/papp/__init__.py": "from pa import _hidden\nfrom pa.x import f\n",
     }.items():
@@ -49,6 +54,7 @@ def test_cycles_and_crossings_are_found(tmp_path: Path) -> None:
     graph = ig.build_graph(tmp_path)
     assert ig.cycles(graph) == [["pa.x", "pa.y"]]
     assert ig.cycles(ig.build_graph(tmp_path, lazy=False)) == []
+    assert ig.cycles(ig.build_graph(tmp_path, annotations=True)) == [["pa.typed", "pa.z"], ["pa.x", "pa.y"]]
     assert ig.cross_imports(graph, ig.app_names(tmp_path)) == [("pb", "pa.x")]
     assert sorted(ig.private_imports(tmp_path)) == [("papp", "pa._hidden"), ("papp", "pa.x.f")]
 
@@ -63,8 +69,15 @@ def test_no_cycle_even_through_lazy_imports() -> None:
     assert found == []
 
 
+def test_no_cycle_even_through_annotation_only_imports() -> None:
+    """Imports under `if TYPE_CHECKING:` count too: two modules whose annotations name each other cannot be read one
+    without the other."""
+    assert ig.cycles(ig.build_graph(annotations=True)) == []
+
+
 def test_packages_import_no_other_package_and_no_app() -> None:
-    assert ig.cross_imports(ig.build_graph(), ig.app_names()) == []
+    """Annotation-only imports included: a package's types do not come from another package either."""
+    assert ig.cross_imports(ig.build_graph(annotations=True), ig.app_names()) == []
 
 
 def test_the_app_imports_public_names_only() -> None:

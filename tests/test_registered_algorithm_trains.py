@@ -4,6 +4,8 @@ iteration (MetaWorld, the tiny OpenVLA-OFT, the local backend) runs with them. E
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,9 @@ from vla_algos import (
     ADVANTAGE_ESTIMATORS,
     POLICY_LOSSES,
     EstimatedAdvantages,
+    LossInputs,
+    LossSettings,
+    WeightSums,
     actor_loss,
     chunk_done,
     first_episode_mask,
@@ -34,6 +39,9 @@ class Calls:
     def __init__(self) -> None:
         self.estimator: list[dict[str, Any]] = []
         self.loss = 0
+        self.loss_callers: list[
+            str
+        ] = []  # the app's functions on the stack of the loss's first call, outermost first
 
 
 def group_baseline_estimator(calls: Calls):
@@ -69,11 +77,20 @@ def reinforce_loss(calls: Calls):
     """REINFORCE: the unclipped ratio times the advantage (at the rollout's own weights, its gradient is
     advantage x grad log-prob), with the entropy bonus and KL term of `actor_loss`; no value term."""
 
-    def loss(**kwargs: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def loss(
+        inputs: LossInputs, settings: LossSettings, weight_sums: WeightSums | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if calls.loss == 0:
+            calls.loss_callers = [
+                f.function
+                for f in reversed(inspect.stack())
+                if f.frame.f_globals.get("__name__", "").startswith("train_embodied")
+            ]
         calls.loss += 1
-        value, metrics = actor_loss(
-            **{**kwargs, "clip_ratio_low": 1.0 - 1e-6, "clip_ratio_high": 1.0e6, "dual_clip": None}
+        unclipped = dataclasses.replace(
+            settings, clip_ratio_low=1.0 - 1e-6, clip_ratio_high=1.0e6, clip_ratio_c=None
         )
+        value, metrics = actor_loss(inputs, unclipped, weight_sums)
         metrics["actor/reinforce_calls"] = torch.tensor(1.0)
         return value, metrics
 
@@ -118,7 +135,7 @@ def test_config_checks_a_registered_estimator_and_loss_by_their_properties(regis
     ]
     assert _errors([*new, "env.train.auto_reset=true"]) == [
         "env.train.auto_reset=True is invalid with algorithm.adv_type='group_baseline': a group score is one "
-        "episode per env (set env.train.auto_reset=false)"
+        "episode per env: set `env.train.auto_reset=false`"
     ]
     assert _errors([*new, "rollout.pipeline_stage_num=8"]) == [
         "env.train.num_envs=16 is invalid with rollout.pipeline_stage_num=8: each pipeline stage needs the same "
@@ -141,13 +158,13 @@ def test_config_checks_a_registered_estimator_and_loss_by_their_properties(regis
     ]
     assert _errors(["algorithm.loss_type=actor_critic"]) == [
         "actor.model.add_value_head=False is invalid with algorithm.loss_type='actor_critic': the critic is the "
-        "value head (set actor.model.add_value_head=true or algorithm.loss_type to a loss without a value term: "
-        "actor, reinforce)"
+        "value head: set `actor.model.add_value_head=true`, or algorithm.loss_type to a loss without a value term "
+        "(actor, reinforce)"
     ]
     # the critic warm-up needs a value term
     assert _errors([*new, "algorithm.critic_warmup_epochs=1"]) == [
-        "algorithm.critic_warmup_epochs=1 needs a critic: set it to 0 or algorithm.loss_type to a loss with a value "
-        "term (actor_critic)"
+        "algorithm.critic_warmup_epochs=1 needs a critic: set `algorithm.critic_warmup_epochs=0`, or "
+        "algorithm.loss_type to a loss with a value term (actor_critic)"
     ]
     # the allowed values named in a message are the registered ones
     assert _errors(["algorithm.adv_type=gea"]) == [
@@ -180,6 +197,16 @@ def test_a_registered_estimator_and_loss_train_a_real_iteration(registered: Call
     assert summary["algorithm"] == "group_baseline" and summary["epochs"] == 1
     assert registered.estimator == [{"group_size": 2, "rows": 4}]
     assert registered.loss >= 1
+    # from the runner's `iteration()` to the registered loss: 5 calls, each a step of the update (the worker group's
+    # dispatch between the driver and the actor is vla_infra's, not the app's)
+    callers = registered.loss_callers
+    assert callers[callers.index("iteration") :] == [
+        "iteration",  # runner: one training iteration
+        "_update",  # runner: the iteration's update, handed to the actor ranks
+        "train_on_rollout",  # actor worker: advantages of this rank's rows, then its training
+        "train",  # actor worker: the update on this worker's device and threads
+        "ppo_update",  # update: epochs of minibatches, micro-batches, the loss, the optimizer step
+    ]
     (row,) = [r for r in read_metrics(tmp_path / "run") if "train/actor/policy_loss" in r]
     assert "rollout/baseline_returns_mean" in row and "train/actor/reinforce_calls" in row
     assert not any(key.startswith("train/critic/") for key in row)

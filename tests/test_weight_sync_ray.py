@@ -39,7 +39,7 @@ def test_rollout_ranks_hold_the_actors_weights_bit_for_bit_and_refuse_stale(tmp_
         actor = w.actor.state_dict()
         # the rollout ranks built their own random initial weights: not the actor's yet
         assert not state_dicts_equal(actor, w.rollout.execute_rank(0, "state_dict"))
-        first = w.sync_weights(1)
+        first = w.weights.sync(1)
         assert first is not None and first["tensors"] == len(actor)
         for rank in range(2):
             assert w.rollout.execute_rank(rank, "weight_version") == 1
@@ -50,15 +50,15 @@ def test_rollout_ranks_hold_the_actors_weights_bit_for_bit_and_refuse_stale(tmp_
         with pytest.raises(StaleWeightsError, match="holds weight version 1 but the run is at version 2"):
             w.rollout.predict(obs, mode="sample", weight_version=2)
         # a later version reaches both ranks; an old one is refused before anything is sent
-        second = w.sync_weights(2)
+        second = w.weights.sync(2)
         assert second is not None and 0 < second["tensors"] < first["tensors"]  # the trainable tensors only
         assert second["bytes"] < first["bytes"] / 4
         assert [w.rollout.execute_rank(r, "weight_version") for r in range(2)] == [2, 2]
         assert all(state_dicts_equal(actor, w.rollout.execute_rank(r, "state_dict")) for r in range(2))
         with pytest.raises(StaleWeightsError, match="not newer"):
-            w.sync_weights(2)
+            w.weights.sync(2)
         # the peer group rebuilt (what a replaced rollout process needs), then a full sync reaches every rank
         w.weights.connect()
-        assert w.sync_weights(3) == first
+        assert w.weights.sync(3) == first
         assert all(state_dicts_equal(actor, w.rollout.execute_rank(r, "state_dict")) for r in range(2))
     assert not ray.is_initialized()

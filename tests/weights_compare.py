@@ -6,6 +6,12 @@ from collections.abc import Mapping
 
 import torch
 
+#: Weights of two runs that split the same training differently (ranks, nodes) after 2 iterations: Adam divides each
+#: gradient entry by its running RMS, so an entry whose gradient is near zero moves by a sizeable part of the
+#: learning rate (3e-4) either way, and rounding in its gradient shows in the weights at up to ~lr/10 (2.05e-5
+#: measured for PPO on one 2-core CPU, below 1e-5 on another); a split that trains on other data moves them by ~lr.
+WEIGHT_TOL = 1e-4
+
 
 def state_dicts_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
     """Whether two state dicts have the same keys and bit-identical tensors (dtype and shape included)."""

@@ -40,6 +40,7 @@ from train_embodied.testing import read_metrics, run_train
 LONG = {
     "libero_10_grpo_openvlaoft": 900,
     "libero_10_ppo_openvlaoft": 900,
+    "libero_ppo_tiny_cpu": 900,
     "maniskill_grpo_openvla": 1200,
     "maniskill_grpo_openvlaoft": 1800,
     "maniskill_ppo_openvla": 1200,
@@ -228,19 +229,27 @@ def train_one_iteration_and_check(name: str, tmp_path: Path) -> None:
     assert "eval/success_once" in rows[-1] or "eval/success_once" in summary.get("history", [{}])[-1]
 
 
+def _libero_fixed_starts(name: str) -> bool:
+    """Whether LIBERO config `name` trains on LIBERO's 50 fixed initial states (not its sampled starts)."""
+    return (
+        load_train_config(name, [], check_paths=False).env_train.extra.get("init_states", "fixed") == "fixed"
+    )
+
+
 # Configs whose evaluation shares starts with training on purpose, with the reason. ManiSkill PutOnPlateInScene25Main:
 # training draws every episode id of obj_set=train and the guides' in-distribution table evaluates on those scenes
-# (their held-out table is env@env.eval=maniskill_put_on_plate_25_ood, other objects). LIBERO: every suite has 50
-# fixed initial states per task, and the guide evaluates "every combination of task_id and trial_id" after training on
-# them.
+# (their held-out table is env@env.eval=maniskill_put_on_plate_25_ood, other objects); the tiny CPU config holds its
+# evaluation starts out. LIBERO on its fixed initial states: every suite has 50 per task, and the guide evaluates
+# "every combination of task_id and trial_id" after training on them (a config on LIBERO's sampled starts is checked
+# like any other).
 SHARED_STARTS = {
     name: reason
     for name in list_configs()
     for reason in [
         "ManiSkill PutOnPlateInScene25Main: the guides' in-distribution table evaluates the training episode ids"
-        if name.startswith("maniskill_")
+        if name.startswith("maniskill_") and not name.endswith("_tiny_cpu")
         else "LIBERO: 50 fixed initial states per task, trained and evaluated as in the guide"
-        if name.startswith("libero_")
+        if name.startswith("libero_") and _libero_fixed_starts(name)
         else None
     ]
     if reason is not None
@@ -252,7 +261,8 @@ def start_keys(tc: Any, split: str) -> set[tuple[Any, ...]]:
     [0, num_trials_per_task) of each task; evaluation episode k runs task k % T at trial trial_offset + k // T
     (train_embodied.evaluation). A start is what the adapter builds from a (task, trial): MetaWorld seeds the task's
     variation with the trial alone (vla_envs.metaworld.sim.trial_rng); RoboTwin runs seed seed_base + trial (or the
-    trial's entry of a seed list)."""
+    trial's entry of a seed list); LIBERO's sampled starts seed its start sampler with (task, trial)
+    (vla_envs.libero.sim.placement_seed)."""
     import numpy as np
 
     env = tc.env_train if split == "train" else tc.env_eval
@@ -268,6 +278,20 @@ def start_keys(tc: Any, split: str) -> set[tuple[Any, ...]]:
         tasks = [opts.task]
         assert opts.seeds is None, "a seed list: compare the lists' entries"
         start = lambda task, trial: ("robotwin", task, opts.seed_base + trial)  # noqa: E731
+    elif env.env_type == "libero" and env.extra.get("init_states") == "sampled":
+        from vla_envs.libero.suites import resolve_tasks as resolve_libero_tasks
+
+        tasks = [t.name for t in resolve_libero_tasks(env.task, env.task_set)]
+        start = lambda task, trial: ("libero", task, trial)  # noqa: E731
+    elif env.env_type == "maniskill" and env.task == "PutOnPlateInScene25Main-v3":
+        from vla_envs.maniskill.put_on_plate import episode_ids
+
+        # a trial's start is the task episode id it draws (carrot, overlay, placement, turn); 802,816 ids with
+        # obj_set=train (16 carrots x 16 overlays x 784 placements x 4 turns)
+        assert env.extra.get("obj_set", "train") == "train", "count the ids of this obj_set"
+        tasks = [env.task]
+        n_trials = env.num_trials_per_task
+        start = lambda task, trial: ("maniskill", task, int(episode_ids([trial], n_trials, 802_816)[0]))  # noqa: E731
     else:
         pytest.fail(f"no start rule for env_type {env.env_type!r}: add one (or a SHARED_STARTS reason)")
     if split == "train":

@@ -11,17 +11,11 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config import ConfigError, load_train_config
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 CONFIG = "metaworld_ppo_tiny_cpu"
 SMALL = ["actor.model.image_size=32", "env.train.image_size=32", "env.eval.image_size=32"]
 N = 16
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _actor(overrides: list[str]):
@@ -69,7 +63,7 @@ def _mlp_calls_per_update(overrides: list[str]) -> int:
     layer = next(m for m in actor.policy.modules() if type(m).__name__ == "LlamaDecoderLayer")
     calls = []
     layer.mlp.register_forward_pre_hook(lambda *_: calls.append(torch.is_grad_enabled()))
-    actor.update(batch, seed=1)
+    actor.train(batch, seed=1)
     return len(calls)
 
 
@@ -88,7 +82,7 @@ def test_param_dtype_runs_the_training_forward_in_that_dtype() -> None:
     layer = next(m for m in actor.policy.modules() if type(m).__name__ == "LlamaDecoderLayer")
     dtypes = []
     layer.mlp.register_forward_hook(lambda _m, _i, out: dtypes.append(out.dtype))
-    metrics = actor.update(batch, seed=1)
+    metrics = actor.train(batch, seed=1)
     assert dtypes and set(dtypes) == {torch.bfloat16}
     assert np.isfinite(metrics["train/actor/policy_loss"])
     # parameters, gradients and optimizer state stay fp32 (the master weights), as FSDP2 keeps its fp32 shards
@@ -102,7 +96,7 @@ def test_fp32_param_dtype_leaves_the_forward_in_fp32() -> None:
     layer = next(m for m in actor.policy.modules() if type(m).__name__ == "LlamaDecoderLayer")
     dtypes = []
     layer.mlp.register_forward_hook(lambda _m, _i, out: dtypes.append(out.dtype))
-    actor.update(batch, seed=1)
+    actor.train(batch, seed=1)
     assert set(dtypes) == {torch.float32}
 
 

@@ -1,18 +1,18 @@
-"""The reference user guides' YAML snippets, command-line settings and commands, taken from the guides' own text,
-compose here and mean what the guides say.
+"""The reference user guides' YAML snippets, command-line settings and commands compose here and mean what the
+guides say.
 
-The guides (`../shared/seeds/*.txt` next to the checkout, or `$VLA_GUIDES_DIR`) are web pages saved as text: most
-lost their indentation, so a snippet is rebuilt from its lines with the composed config as the schema (a key goes
-under the deepest open section that has it). Each snippet is pasted into a config file that starts from the shipped
-config the guide is about, composed, validated, and each of its settings is read back from the typed config at its
-home here (`train_embodied.config.aliases` names the homes of the guides' spellings). A snippet that cannot apply
-here must stop with one line, and is listed in `CANNOT_APPLY` with the reason.
+The guides' facts are this repository's test data (`data/guide_facts.yaml`, see `guide_facts.py`); where the guides'
+text is at hand (`VLA_GUIDES_DIR`), `test_guide_facts_are_the_guides_text` checks that the data is what the text
+says. Each snippet is pasted into a config file that starts from the shipped config the guide is about, composed,
+validated, and each of its settings is read back from the typed config at its home here
+(`train_embodied.config.aliases` names the homes of the guides' spellings). A snippet that cannot apply here must
+stop with one line, and is listed in `CANNOT_APPLY` with the reason.
 """
 
 from __future__ import annotations
 
-import os
-import re
+import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +22,12 @@ import yaml
 from train_embodied.config import ConfigError, list_configs, load_train_config
 from train_embodied.config.aliases import ENV_EXTRA_ALIASES
 
+sys.path.insert(0, str(Path(__file__).parent))
+import guide_facts
+
 REPO = Path(__file__).resolve().parents[3]
-GUIDES_DIR = Path(os.environ.get("VLA_GUIDES_DIR", REPO.parent / "shared" / "seeds"))
-GUIDES = {
-    "libero": "000_1e6a3f0d559aefd8.txt",
-    "maniskill": "001_ab7455a39fcb519e.txt",
-    "metaworld": "002_ce25052214b76d20.txt",
-    "overview": "003_680f6f78d78cb51d.txt",
-    "robotwin": "004_27b5491e56a14261.txt",
-}
+FACTS = guide_facts.load_facts()
+GUIDES = list(guide_facts.GUIDES)
 #: The shipped config each guide's snippets are pasted into (the guide's own example config).
 BASE_CONFIG = {
     "libero": "libero_10_grpo_openvlaoft",
@@ -47,121 +44,34 @@ BASE_BY_SETTING = {
         "actor.model.OpenPI.config_name=pi05_aloha_robotwin",
     ): "robotwin_adjust_bottle_ppo_OpenPI_pi05",
 }
-#: The guides' prose settings for the OpenPI RoboTwin models ("For OpenPI configurations ...", "pi0 and pi0.5 Key
-#: Configuration") go into those models' configs: text that starts such a part -> whether it is about OpenPI.
-OPENPI_MARKERS = {
-    "For OpenPI configurations": True,
-    "OpenVLA-OFT Key Configuration": False,
-    "5Key Configuration": True,
-}
 OPENPI_CONFIG = "robotwin_adjust_bottle_ppo_OpenPI"
 PI05_CONFIG = "robotwin_adjust_bottle_ppo_OpenPI_pi05"
 
 #: (guide, setting) -> why it cannot apply here, and the start of the one line it stops with (none at present).
 CANNOT_APPLY: dict[tuple[str, str], tuple[str, str]] = {}
 
-_KEY = r"[A-Za-z_][A-Za-z0-9_]*(?:[/,][A-Za-z_][A-Za-z0-9_]*)*"
-_SCALAR = r'"[^"]*"|\'[^\']*\'|\[[^\]]*\]|\$\{[^}]*\}[^\s#]*|[^\s#]+'
-_YAML_LINE = re.compile(rf"^\s*({_KEY}):(?:\s+({_SCALAR}))?\s*(?:#.*)?$")
-_DOTTED = re.compile(
-    r"((?:actor|algorithm|env|fsdp|runner|rollout|cluster)(?:\.[A-Za-z_*][A-Za-z0-9_]*)+): "
-    r'("[^"]*"|\[[^\]]*\]|True|False|true|false|-?\d+(?:\.\d+)?|[a-z_]+(?=:))'
-)
+
+def test_guide_facts_are_the_guides_text() -> None:
+    """The test data is what the guides' text says (snippets, settings, commands, config files, metric names)."""
+    folder = guide_facts.guides_dir()
+    if folder is None:
+        pytest.skip(guide_facts.GUIDES_NOT_SET)
+    from_text = guide_facts.facts_from_guides(folder)
+    for guide in GUIDES:
+        for kind, facts in FACTS[guide].items():
+            assert from_text[guide][kind] == facts, f"{guide} guide, {kind}: rewrite with guide_facts.py"
+    assert from_text == FACTS
 
 
-def guide_text(guide: str) -> str:
-    path = GUIDES_DIR / GUIDES[guide]
-    if not path.is_file():
-        pytest.skip(f"the reference guides are not here ({path}); set VLA_GUIDES_DIR")
-    return path.read_text(encoding="utf-8")
-
-
-def schema() -> dict[str, Any]:
-    """The composed base config's key tree, plus the guides' spellings (their homes are in config.aliases)."""
-    from train_embodied.config.defaults import base_config
-
-    tree = base_config()
-    for split in ("train", "eval"):
-        for key in ENV_EXTRA_ALIASES:
-            tree["env"][split][key] = {}
-    tree["actor"]["model"]["OpenPI"] = {}
-    return tree
-
-
-def _fits(key: str, node_schema: Any) -> bool:
-    if node_schema == {}:  # a free mapping (placement strings, adapter options, OpenPI settings)
-        return True
-    return isinstance(node_schema, dict) and key in node_schema
-
-
-def rebuild(pairs: list[tuple[str, str | None]], tree: dict[str, Any]) -> list[dict[str, Any]]:
-    """Nested snippets from flattened `(key, value)` lines: each key goes under the deepest open section whose
-    schema has it and that does not hold it yet. A repeated leaf after an "or" comment starts a variant."""
-    root: dict[str, Any] = {}
-    variants = []
-    stack: list[tuple[dict[str, Any], Any]] = [(root, tree)]
-    for key, value in pairs:
-        if key == "#or":
-            variants.append(yaml.safe_load(yaml.safe_dump(root)))
-            continue
-        for depth in range(len(stack) - 1, -1, -1):
-            node, sch = stack[depth]
-            if _fits(key, sch) and (key not in node or (variants and value is not None)):
-                break
-        else:
-            raise AssertionError(f"snippet line {key!r} fits no open section")
-        del stack[depth + 1 :]
-        if value is None:
-            child: dict[str, Any] = {}
-            node[key] = child
-            stack.append((child, sch.get(key, {}) if isinstance(sch, dict) and sch else {}))
-        else:
-            node[key] = yaml.safe_load(value)
-    return [*variants, root]
-
-
-def yaml_blocks(text: str) -> list[list[tuple[str, str | None]]]:
-    """Runs of consecutive YAML-looking lines (comments inside a run kept as markers)."""
-    blocks: list[list[tuple[str, str | None]]] = []
-    run: list[tuple[str, str | None]] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        m = _YAML_LINE.match(line)
-        if m:
-            run.append((m.group(1), m.group(2)))
-            continue
-        if stripped.startswith("#") and run:
-            if stripped.lstrip("# ").lower() == "or":
-                run.append(("#or", None))
-            elif stripped.endswith(".yaml:"):  # "# In env/train/NAME.yaml:" the file's content follows
-                run.append(("#file", stripped.split()[-1].rstrip(":")))
-            continue
-        if run:
-            blocks.append(run)
-        run = []
-    if run:
-        blocks.append(run)
-    return blocks
-
-
-def rst_yaml_blocks(text: str) -> list[dict[str, Any]]:
-    """The `.. code-block:: yaml` blocks of a reStructuredText guide, parsed as they are."""
-    out = []
-    for m in re.finditer(r"\.\. code-block:: yaml\n\s*\n((?:[ \t]+.*\n|\s*\n)+)", text):
-        body = "\n".join(line[3:] if line.startswith("   ") else line for line in m.group(1).splitlines())
-        out.append(yaml.safe_load(body))
-    return out
-
-
-def inline_runs(text: str) -> list[list[tuple[str, str | None]]]:
-    """YAML written on one line (`...True:runner: task_type: embodied logger: log_path: ...`)."""
-    out = []
-    for line in text.splitlines():
-        m = re.search(r"(runner): (task_type: .*)$", line)
-        if m:
-            pairs = re.findall(rf"({_KEY}):(?:\s+(\"[^\"]*\"|\[[^\]]*\]|-?[\w.]+)(?=\s|$))?", m.group(0))
-            out.append([(k, v or None) for k, v in pairs])
-    return out
+def test_require_all_accepts_exactly_the_guides_skip() -> None:
+    """Under VLA_REQUIRE_ALL=1 the text check's skip where VLA_GUIDES_DIR is not set passes; any other skip fails."""
+    spec = importlib.util.spec_from_file_location("root_conftest", REPO / "conftest.py")
+    assert spec is not None and spec.loader is not None
+    root_conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(root_conftest)
+    assert root_conftest._allowed(guide_facts.GUIDES_NOT_SET)
+    assert not root_conftest._allowed(guide_facts.GUIDES_NOT_SET + " (and a broken install)")
+    assert not root_conftest._allowed("the reference guides are not here")
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -172,46 +82,6 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
             out.update(flatten(value, path + "."))
         else:
             out[path] = value
-    return out
-
-
-def guide_snippets(guide: str) -> list[dict[str, Any]]:
-    """Every YAML snippet of the guide, nested."""
-    text = guide_text(guide)
-    tree = schema()
-    if guide == "overview":
-        return rst_yaml_blocks(text)
-    snippets = []
-    for block in [*yaml_blocks(text), *inline_runs(text)]:
-        if block[0][0] not in tree and block[0][0] not in ("env/train", "env/eval"):
-            continue  # prose that happens to look like "Word: word"
-        if block[0][0] in ("env/train", "env/eval"):  # a defaults list, then an env file's content
-            cut = next(i for i, (k, _) in enumerate(block) if k == "#file")
-            snippets.append({"defaults": [{k: v} for k, v in block[:cut]]})
-            snippets += [{"env": {"train": s}} for s in rebuild(block[cut + 1 :], tree["env"]["train"])]
-            continue
-        snippets += rebuild(block, tree)
-    return snippets
-
-
-def guide_settings(guide: str) -> list[tuple[str, str, bool]]:
-    """The `key: value` settings the guide's prose gives (`algorithm.n_chunk_steps: 8`, `env.*.task_config...`),
-    each with whether the guide gives it for the OpenPI (pi0 / pi0.5) models."""
-    text = guide_text(guide)
-    markers = sorted(
-        (m.start(), openpi) for marker, openpi in OPENPI_MARKERS.items() for m in re.finditer(marker, text)
-    )
-    out = []
-    for m in _DOTTED.finditer(text):
-        key, value = m.groups()
-        openpi = next((o for pos, o in reversed(markers) if pos < m.start()), False)
-        for k in (
-            [key.replace("env.*.", f"env.{s}.") for s in ("train", "eval")] if "env.*." in key else [key]
-        ):
-            if (k, value, openpi) not in out:
-                out.append((k, value, openpi))
-    # "it is recommended to use enable_offload: True" (RoboTwin's GPU memory): the env's offload
-    out += [(f"env.{k}", v, False) for k, v in re.findall(r"use (enable_offload): (True)", text)]
     return out
 
 
@@ -289,9 +159,9 @@ def _resolved(value: Any, tc: Any) -> Any:
     return value
 
 
-@pytest.mark.parametrize("guide", list(GUIDES))
+@pytest.mark.parametrize("guide", GUIDES)
 def test_every_snippet_composes_with_the_guides_meaning(guide: str, tmp_path: Path) -> None:
-    snippets = guide_snippets(guide)
+    snippets = FACTS[guide]["snippets"]
     assert snippets, f"no YAML snippet found in the {guide} guide"
     checked = 0
     for snippet in snippets:
@@ -312,9 +182,9 @@ def test_every_snippet_composes_with_the_guides_meaning(guide: str, tmp_path: Pa
     assert checked >= 3
 
 
-@pytest.mark.parametrize("guide", list(GUIDES))
+@pytest.mark.parametrize("guide", GUIDES)
 def test_every_prose_setting_composes_with_the_guides_meaning(guide: str) -> None:
-    settings = guide_settings(guide)
+    settings = [tuple(s) for s in FACTS[guide]["settings"]]
     if guide in ("libero", "maniskill", "metaworld", "overview"):
         assert settings == [], "these guides give settings only in snippets"
         return
@@ -337,12 +207,11 @@ def test_every_prose_setting_composes_with_the_guides_meaning(guide: str) -> Non
 def test_guides_commands_name_shipped_configs_and_launchers() -> None:
     names: set[str] = set()
     for guide in GUIDES:
-        text = guide_text(guide)
-        for script, name in re.findall(r"bash examples/embodiment/(\w+\.sh) (\w+)", text):
+        for script, name in FACTS[guide]["launchers"]:
             assert (REPO / "scripts" / script).is_file(), f"the {guide} guide's launcher {script}"
             if name != "CHOSEN_CONFIG":
                 names.add(name)
-        names.update(re.findall(r"examples/embodiment/config/(\w+)\.yaml", text))
+        names.update(FACTS[guide]["config_files"])
     assert len(names) >= 14
     missing = sorted(names - set(list_configs()))
     assert not missing, f"configs the guides name that are not shipped: {missing}"

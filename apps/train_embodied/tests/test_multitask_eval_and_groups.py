@@ -8,8 +8,12 @@ import torch
 
 from train_embodied import seeds
 from train_embodied.config import load_train_config
-from train_embodied.eval_run import eval_tables_text
-from train_embodied.evaluation import episode_tasks, eval_table_metrics, held_out_reset_ids
+from train_embodied.evaluation import (
+    episode_tasks,
+    eval_table_metrics,
+    eval_tables_text,
+    held_out_reset_ids,
+)
 from train_embodied.run_workers import train_env_configs
 from train_embodied.seeds import stream_seed
 from train_embodied.sft import task_balanced_indices

@@ -18,7 +18,9 @@ from train_embodied.numerics import (
     nonfinite_inputs,
 )
 from train_embodied.policy_io import build_optimizer, build_policy_for_run
-from train_embodied.update import UpdateSettings, ppo_update
+from train_embodied.update import ppo_update
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 N = 48
 
@@ -47,26 +49,21 @@ def _policy_and_batch() -> tuple[torch.nn.Module, SampleBatch]:
     )
 
 
-def _settings() -> UpdateSettings:
-    return UpdateSettings.from_sections(
-        AlgorithmSection(update_epoch=2), OptimSection(lr=1e-3, value_lr=1e-3), 8, 16
-    )
-
-
 def _params(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in policy.named_parameters() if v.requires_grad}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _run(policy, batch, opt) -> dict:
-    metrics, _ = ppo_update(policy, opt, batch, _settings(), generator=torch.Generator().manual_seed(0))
+    metrics, _ = ppo_update(
+        policy,
+        opt,
+        batch,
+        AlgorithmSection(update_epoch=2),
+        OptimSection(lr=1e-3, value_lr=1e-3),
+        micro_batch_size=8,
+        global_batch_size=16,
+        generator=torch.Generator().manual_seed(0),
+    )
     return metrics
 
 

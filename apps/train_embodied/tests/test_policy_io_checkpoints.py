@@ -10,15 +10,9 @@ import torch
 from train_embodied.config.sections import ModelSection
 from train_embodied.policy_io import build_policy_for_run
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 OFT_FOLDER = Path(__file__).parents[3] / "packages/vla-models/tests/official_vla/openvla_oft/checkpoint"
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _published(**changes) -> ModelSection:
@@ -88,7 +82,6 @@ def test_openvla_refuses_oft_only_keys() -> None:
 def _pi0_section(**changes) -> ModelSection:
     keys = dict(
         model_type="openpi",
-        model_name="pi0_tiny",
         size="tiny",
         action_dim=4,
         num_action_chunks=4,

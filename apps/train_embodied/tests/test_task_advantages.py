@@ -94,7 +94,7 @@ import torch
 
 from rollout_fixture import ALGOS, rollout
 from train_embodied.advantages import compute_advantages
-from train_embodied.sharding import rank_task_groups
+from train_embodied.data_parallel import rank_task_groups
 from vla_infra import all_reduce_sum
 from vla_infra.fsdp import spawn_local_group
 
@@ -280,8 +280,7 @@ def test_filter_rewards_leaves_tasks_without_outcome_contrast_out_of_the_policy_
 
 
 def test_filter_rewards_without_task_groups_is_refused_not_ignored() -> None:
-    """Built without the config's check, a PPO filter with no task groups fails by name instead of doing nothing."""
-    with pytest.raises(
-        ValueError, match=r"filter_rewards=True with algorithm\.adv_type='gae' needs the rows grouped"
-    ):
+    """Built without the config's check, a PPO filter with no task groups fails by name instead of doing nothing
+    (vla_algos' own refusal: the reward filter of a non-grouped estimator needs the rows grouped)."""
+    with pytest.raises(ValueError, match=r"a reward filter with adv_type='gae' needs the rows grouped"):
         compute_advantages(_sparse_rollout(), AlgorithmSection(filter_rewards=True, rewards_lower_bound=0.1))

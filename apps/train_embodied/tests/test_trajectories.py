@@ -10,13 +10,9 @@ import torch
 from train_embodied.advantages import compute_advantages
 from train_embodied.batches import Prediction
 from train_embodied.config.sections import AlgorithmSection
+from train_embodied.data_parallel import combine_rank_stats
 from train_embodied.rollout import RolloutBatch
-from train_embodied.trajectories import (
-    TrajectoryRecorder,
-    assemble_rollout,
-    combine_rank_stats,
-    rollout_shard,
-)
+from train_embodied.trajectories import TrajectoryRecorder, assemble_rollout, rollout_shard
 from vla_infra import unit_bounds
 from vla_infra.workers import split_value
 

@@ -12,19 +12,12 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
 from train_embodied.policy_io import build_optimizer, build_policy_for_run, frozen_copy
-from train_embodied.update import UpdateSettings, ppo_update
+from train_embodied.update import ppo_update
 from vla_algos import episode_mean_weights
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 N = 48
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on 2 shared cores, two threads make these small passes ~8x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _policy_and_batch(seed: int = 0, num_action_chunks: int = 1) -> tuple[torch.nn.Module, SampleBatch]:
@@ -56,14 +49,33 @@ def _policy_and_batch(seed: int = 0, num_action_chunks: int = 1) -> tuple[torch.
     return policy, batch
 
 
-def _settings(**kw) -> UpdateSettings:
-    algo = AlgorithmSection(update_epoch=kw.pop("update_epoch", 2), **kw)
-    return UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 8, 16)
+def _sizes(algo: AlgorithmSection, micro_batch_size: int = 8, global_batch_size: int = 16) -> dict:
+    """`ppo_update`'s settings: the `algorithm` section, lr 1e-3, the batch sizes."""
+    return {
+        "algo": algo,
+        "optim": OptimSection(lr=1e-3, value_lr=1e-3),
+        "micro_batch_size": micro_batch_size,
+        "global_batch_size": global_batch_size,
+    }
 
 
-def _update(policy, batch, s: UpdateSettings, **kw) -> tuple[dict, int]:
+def _settings(**kw) -> dict:
+    return _sizes(AlgorithmSection(update_epoch=kw.pop("update_epoch", 2), **kw))
+
+
+def _update(policy, batch, s: dict, **kw) -> tuple[dict, int]:
     opt = build_optimizer(policy, OptimSection(lr=1e-3, value_lr=1e-3))
-    return ppo_update(policy, opt, batch, s, generator=torch.Generator().manual_seed(0), **kw)
+    return ppo_update(
+        policy,
+        opt,
+        batch,
+        s["algo"],
+        s["optim"],
+        micro_batch_size=s["micro_batch_size"],
+        global_batch_size=s["global_batch_size"],
+        generator=torch.Generator().manual_seed(0),
+        **kw,
+    )
 
 
 def _params(policy, value_head: bool) -> dict[str, torch.Tensor]:
@@ -150,8 +162,7 @@ def test_seq_mean_token_mean_weighs_an_episode_ended_at_its_first_action_like_a_
     episode_adv = torch.tensor([3.0, -1.0, 1.0, -2.0, 0.5, -0.25])
     adv.advantages = episode_adv[None, :].expand(t, b).clone()
     batch = flatten_for_update(rollout, adv)
-    s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 16, N)
-    metrics, _ = _update(policy, batch, s)
+    metrics, _ = _update(policy, batch, _sizes(algo, 16, N))
     assert metrics["train/actor/policy_loss"] == pytest.approx(-float(episode_adv.mean()), abs=1e-4)
 
 
@@ -189,8 +200,7 @@ def test_loss_does_not_depend_on_the_micro_batch_split(logprob_type: str, weight
             action_mask=action_mask,
             advantages=torch.randn(N, 2, generator=torch.Generator().manual_seed(2)) * action_mask,
         )
-        s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
-        results[micro], _ = _update(policy, batch, s, reference=reference)
+        results[micro], _ = _update(policy, batch, _sizes(algo, micro, 16), reference=reference)
     assert results[16]["train/actor/kl_loss"] > 0
     for key in (
         "train/actor/policy_loss",
@@ -208,7 +218,9 @@ def test_micro_batch_gradients_add_up_to_the_whole_minibatchs(logprob_type: str,
     `sum(w * loss) / minibatch weight sum`, so the accumulated gradients (policy, entropy, KL and critic terms;
     episode weights and unexecuted actions) equal the whole minibatch's within 1e-6, and its weight sums are computed
     once per minibatch, however many micro-batches it has."""
-    from train_embodied import minibatch_loss, update
+    import copy
+
+    from train_embodied import update
 
     g = torch.Generator().manual_seed(3)
     action_mask = torch.ones(N, 2, dtype=torch.bool)
@@ -223,27 +235,37 @@ def test_micro_batch_gradients_add_up_to_the_whole_minibatchs(logprob_type: str,
         advantages=torch.randn(N, 2, generator=g) * action_mask,
     )
     minibatch = torch.randperm(N, generator=g)[:16]
+    mask = torch.zeros(N, dtype=torch.bool)
+    mask[minibatch] = True  # the update's one minibatch: these 16 samples
+    batch = dataclasses.replace(batch, mask=mask)
     with torch.no_grad():  # a reference away from the policy, so the KL term has a gradient
         reference = frozen_copy(policy)
         for p in reference.parameters():
             p.add_(0.01 * torch.randn(p.shape, generator=g))
-    ref_logprobs = update.reference_logprobs(reference, batch, minibatch, 16)
     calls = []
-    weight_sums = minibatch_loss.minibatch_weight_sums
+    weight_sums = update.minibatch_weight_sums
     monkeypatch.setattr(
-        minibatch_loss, "minibatch_weight_sums", lambda *a, **k: calls.append(1) or weight_sums(*a, **k)
+        update, "minibatch_weight_sums", lambda *a, **k: calls.append(1) or weight_sums(*a, **k)
     )
+    optim = OptimSection(lr=1e-3, value_lr=1e-3, clip_grad=0.0)  # no clipping: the gradients as accumulated
     grads = {}
     for micro in (1, 2, 16):
-        s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), micro, 16)
-        policy.zero_grad(set_to_none=True)
+        trained = copy.deepcopy(policy)
         before = len(calls)
-        metrics = minibatch_loss.minibatch_gradients(
-            policy, batch, minibatch, s, whole=batch, ref_logprobs=ref_logprobs
+        metrics, steps = ppo_update(
+            trained,
+            build_optimizer(trained, optim),
+            batch,
+            algo,
+            optim,
+            micro_batch_size=micro,
+            global_batch_size=16,
+            generator=torch.Generator().manual_seed(0),
+            reference=reference,
         )
-        assert len(calls) == before + 1  # once per minibatch: not per micro-batch
+        assert steps == 1 and len(calls) == before + 1  # once per minibatch: not per micro-batch
         assert metrics["train/actor/kl_loss"] > 0 and metrics["train/critic/value_loss"] > 0
-        grads[micro] = {k: p.grad.clone() for k, p in policy.named_parameters() if p.grad is not None}
+        grads[micro] = {k: p.grad.clone() for k, p in trained.named_parameters() if p.grad is not None}
     assert grads[16] and any(float(v.abs().max()) > 0 for v in grads[16].values())
     for micro in (1, 2):
         assert grads[micro].keys() == grads[16].keys()
@@ -255,21 +277,20 @@ def test_weight_sums_and_metric_sums_once_per_minibatch(monkeypatch) -> None:
     """`ppo_update` computes each minibatch's weight sums once (from the whole rollout's loss weights, which every
     rank holds: no collective) and reduces its metrics over the ranks once: 3 minibatches of 16 in 48 micro-batches
     make 3 of each."""
-    from train_embodied import minibatch_loss, update
+    from train_embodied import update
 
     counts = {"minibatch_weight_sums": 0, "all_reduce_sums": 0}
-    for module, name in ((minibatch_loss, "minibatch_weight_sums"), (update, "all_reduce_sums")):
-        original = getattr(module, name)
+    for name in counts:
+        original = getattr(update, name)
 
         def counted(*a, _original=original, _name=name, **k):
             counts[_name] += 1
             return _original(*a, **k)
 
-        monkeypatch.setattr(module, name, counted)
+        monkeypatch.setattr(update, name, counted)
     policy, batch = _policy_and_batch()
     algo = AlgorithmSection(update_epoch=1)
-    s = UpdateSettings.from_sections(algo, OptimSection(lr=1e-3, value_lr=1e-3), 1, 16)
-    _, steps = _update(policy, batch, s)
+    _, steps = _update(policy, batch, _sizes(algo, 1, 16))
     assert steps == 3 and counts == {"minibatch_weight_sums": 3, "all_reduce_sums": 3}
 
 
@@ -295,8 +316,8 @@ def test_lr_warmup_continues_across_rollouts() -> None:
     """The actor passes its step count: a second rollout's update continues the warmup instead of restarting it."""
     _, batch = _policy_and_batch()
     actor = _warmup_actor()
-    first = actor.update(batch, seed=1)  # steps 0-5: lr 1e-4 ... 6e-4
-    second = actor.update(batch, seed=2)  # steps 6-11: reaches the full lr at step 9
+    first = actor.train(batch, seed=1)  # steps 0-5: lr 1e-4 ... 6e-4
+    second = actor.train(batch, seed=2)  # steps 6-11: reaches the full lr at step 9
     assert actor.optimizer_steps() == 12
     assert first["train/actor/lr"] == pytest.approx(6e-4)
     assert second["train/actor/lr"] == pytest.approx(1e-3)
@@ -306,9 +327,9 @@ def test_lr_warmup_waits_for_the_policy_during_critic_warmup() -> None:
     """Critic-only iterations run at the full lr and do not spend the warmup: the policy's first step is small."""
     _, batch = _policy_and_batch()
     actor = _warmup_actor()
-    critic_only = actor.update(batch, seed=1, train_policy=False)  # 6 steps at the full lr
+    critic_only = actor.train(batch, seed=1, train_policy=False)  # 6 steps at the full lr
     assert critic_only["train/actor/lr"] == pytest.approx(1e-3)
-    first_policy = actor.update(batch, seed=2)  # policy steps 0-5: the warmup starts here
+    first_policy = actor.train(batch, seed=2)  # policy steps 0-5: the warmup starts here
     assert actor.optimizer_steps() == 12 and actor.policy_step == 6
     assert first_policy["train/actor/lr"] == pytest.approx(6e-4)
 
@@ -332,9 +353,9 @@ def test_lr_decay_scales_every_group_on_top_of_the_warmup() -> None:
     """The iteration's decay factor multiplies the warmed-up lr of the policy and of the value head alike."""
     _, batch = _policy_and_batch()
     actor = _warmup_actor()
-    first = actor.update(batch, seed=1, lr_scale=0.5)  # warmup step 5 of 10: 6e-4, halved
+    first = actor.train(batch, seed=1, lr_scale=0.5)  # warmup step 5 of 10: 6e-4, halved
     assert first["train/actor/lr"] == pytest.approx(3e-4)
-    actor.update(batch, seed=2, lr_scale=0.25)  # past the warmup: 1e-3 x 0.25 for both groups
+    actor.train(batch, seed=2, lr_scale=0.25)  # past the warmup: 1e-3 x 0.25 for both groups
     assert [g["lr"] for g in actor.optimizer.param_groups] == pytest.approx([2.5e-4, 2.5e-4])
     assert [g["base_lr"] for g in actor.optimizer.param_groups] == pytest.approx([1e-3, 1e-3])
 
@@ -374,14 +395,14 @@ def test_kl_penalty_keeps_the_policy_near_its_starting_weights() -> None:
     assert actors[0.0].reference is None
     assert all(not p.requires_grad for p in start.parameters())
     for seed in range(3):
-        metrics = {beta: actor.update(batch, seed=seed) for beta, actor in actors.items()}
+        metrics = {beta: actor.train(batch, seed=seed) for beta, actor in actors.items()}
     assert "train/actor/kl_loss" not in metrics[0.0]
     assert metrics[5.0]["train/actor/kl_loss"] > 0
     free = _mean_kl_to(actors[0.0].policy, start, batch)
     held = _mean_kl_to(actors[5.0].policy, start, batch)
     assert held < 0.5 * free, (held, free)
     with pytest.raises(ValueError, match=r"kl_beta=5\.0 needs the reference policy"):
-        _update(actors[5.0].policy, batch, actors[5.0].settings)
+        _update(actors[5.0].policy, batch, _sizes(actors[5.0].algorithm))
 
 
 def test_config_offers_every_kl_estimator_of_vla_algos() -> None:
@@ -414,11 +435,11 @@ def test_the_update_runs_on_the_training_threads_and_gives_the_rest_back() -> No
         module.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
     try:
         assert torch.get_num_threads() == 1
-        actor.update(batch, seed=1)
+        actor.train(batch, seed=1)
         assert seen and set(seen) == {2} and torch.get_num_threads() == 1
         seen.clear()
         with pytest.raises(KeyError):
-            actor.update(dataclasses.replace(batch, forward_inputs={}), seed=2)
+            actor.train(dataclasses.replace(batch, forward_inputs={}), seed=2)
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)

@@ -9,7 +9,7 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, ModelSection, OptimSection
 from train_embodied.policy_io import build_optimizer, build_policy_for_run, frozen_copy
-from train_embodied.update import UpdateSettings, ppo_update
+from train_embodied.update import ppo_update
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -47,13 +47,15 @@ def test_update_on_gpu_with_a_host_batch(train_policy: bool, kl_beta: float) -> 
         returns=torch.rand(N),
     )
     optim = OptimSection(lr=1e-3, value_lr=1e-3)
-    s = UpdateSettings.from_sections(AlgorithmSection(update_epoch=1, kl_beta=kl_beta), optim, 4, 8)
     reference = frozen_copy(policy) if kl_beta > 0 else None  # on the GPU with the policy
     metrics, steps = ppo_update(
         policy,
         build_optimizer(policy, optim),
         batch,
-        s,
+        AlgorithmSection(update_epoch=1, kl_beta=kl_beta),
+        optim,
+        micro_batch_size=4,
+        global_batch_size=8,
         generator=torch.Generator().manual_seed(0),
         train_policy=train_policy,
         reference=reference,

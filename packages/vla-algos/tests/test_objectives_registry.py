@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -10,6 +12,9 @@ from vla_algos import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
     EstimatedAdvantages,
+    LossInputs,
+    LossSettings,
+    WeightSums,
     actor_critic_loss,
     actor_loss,
     compute_gae,
@@ -28,6 +33,12 @@ from vla_algos import (
 )
 
 CLIP = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.2}
+#: clipping 0.2 / 0.2, no value clip, the critic added with weight 1, no entropy bonus, no KL term
+SETTINGS = LossSettings(**CLIP, value_clip=None, value_loss_coef=1.0)
+
+
+def settings(**kw) -> LossSettings:
+    return dataclasses.replace(SETTINGS, **kw)
 
 
 def batch(seed: int = 0):
@@ -36,7 +47,7 @@ def batch(seed: int = 0):
         "logprobs": torch.randn(4, 2, 3, generator=g, requires_grad=True),
         "old_logprobs": torch.randn(4, 2, 3, generator=g),
         "advantages": torch.randn(4, generator=g),
-        "mask": torch.tensor([True, True, False, True]),
+        "sample_weight": torch.tensor([True, True, False, True]),
         "values": torch.randn(4, generator=g, requires_grad=True),
         "old_values": torch.randn(4, generator=g),
         "returns": torch.randn(4, generator=g),
@@ -46,11 +57,12 @@ def batch(seed: int = 0):
 def test_actor_critic_is_actor_plus_weighted_critic():
     b = batch()
     loss, metrics = actor_critic_loss(
-        **b, **CLIP, value_mask=b["mask"], value_clip=0.5, huber_delta=1.0, value_coef=0.25
+        LossInputs(**b, value_mask=b["sample_weight"]),
+        settings(value_clip=0.5, huber_delta=1.0, value_loss_coef=0.25),
     )
-    policy, _ = ppo_actor_loss(b["logprobs"], b["old_logprobs"], b["advantages"], b["mask"], **CLIP)
+    policy, _ = ppo_actor_loss(b["logprobs"], b["old_logprobs"], b["advantages"], b["sample_weight"], **CLIP)
     critic, _ = value_loss(
-        b["values"], b["old_values"], b["returns"], b["mask"], value_clip=0.5, huber_delta=1.0
+        b["values"], b["old_values"], b["returns"], b["sample_weight"], value_clip=0.5, huber_delta=1.0
     )
     torch.testing.assert_close(loss, policy + 0.25 * critic)
     assert set(metrics) == {
@@ -71,19 +83,19 @@ def test_actor_critic_is_actor_plus_weighted_critic():
 
 def test_actor_ignores_critic_inputs():
     b = batch()
-    loss, metrics = actor_loss(**b, **CLIP)
+    loss, metrics = actor_loss(LossInputs(**b), SETTINGS)
     loss.backward()
     assert b["values"].grad is None
     assert all(k.startswith("actor/") for k in metrics)
     without_critic = {k: v for k, v in b.items() if k not in ("values", "old_values", "returns")}
-    torch.testing.assert_close(actor_loss(**without_critic, **CLIP)[0], loss)
+    torch.testing.assert_close(actor_loss(LossInputs(**without_critic), SETTINGS)[0], loss)
 
 
 def test_actor_critic_requires_critic_inputs():
     b = batch()
     del b["returns"], b["old_values"]
     with pytest.raises(ValueError, match="`old_values`, `returns` required"):
-        actor_critic_loss(**b, **CLIP)
+        actor_critic_loss(LossInputs(**b), SETTINGS)
 
 
 def test_registries_resolve_config_names():
@@ -174,14 +186,16 @@ def test_register_refuses_duplicates_and_adds_new_names():
 def test_entropy_bonus_weight_sums_and_warmup_compose_the_loss():
     b = batch()
     entropy = torch.rand(4, 2, generator=torch.Generator().manual_seed(3), requires_grad=True)
-    plain, _ = actor_loss(**b, **CLIP)
+    plain, _ = actor_loss(LossInputs(**b), SETTINGS)
     # 3 kept samples x 6 tokens = 18 policy entries, 8 entropy entries: weight sums of half of them double the terms
     loss, metrics = actor_loss(
-        **b, **CLIP, entropy=entropy, entropy_coef=0.1, weight_sum=9.0, entropy_weight_sum=16.0
+        LossInputs(**b, entropy=entropy),
+        settings(entropy_bonus=0.1),
+        WeightSums(policy=9.0, entropy=16.0),
     )
     torch.testing.assert_close(loss, 2.0 * plain - 0.1 * 0.5 * entropy.mean())
     torch.testing.assert_close(metrics["actor/entropy_loss"], 0.5 * entropy.mean().detach())
-    warm, warm_metrics = actor_critic_loss(**b, **CLIP, entropy=entropy, train_policy=False)
+    warm, warm_metrics = actor_critic_loss(LossInputs(**b, entropy=entropy, train_policy=False), SETTINGS)
     critic, _ = value_loss(b["values"], b["old_values"], b["returns"])
     torch.testing.assert_close(warm, critic)  # critic warm-up: the value loss alone, over all entries
     warm.backward()
@@ -205,34 +219,33 @@ def test_a_new_estimator_is_one_registered_function():
 
 @pytest.mark.parametrize("objective", [actor_loss, actor_critic_loss])
 def test_kl_term_adds_the_masked_reference_penalty(objective):
-    """`ref_logprobs` adds kl_coef x the masked mean of `kl_penalty` (normalised by `weight_sum` like the policy
-    term), with a gradient towards the reference, and is reported as actor/kl_loss before kl_coef."""
+    """`ref_logprobs` adds kl_beta x the masked mean of `kl_penalty` (normalised by the policy weight sum like the
+    policy term), with a gradient towards the reference, and is reported as actor/kl_loss before kl_beta."""
     from vla_algos import kl_penalty, masked_mean
 
     b = batch()
     ref = b["old_logprobs"] + 0.3 * torch.randn(4, 2, 3, generator=torch.Generator().manual_seed(1))
     # 18 kept entries: a weight sum of 36 halves the policy and KL terms
-    with_kl, metrics = objective(**b, **CLIP, ref_logprobs=ref, kl_coef=0.5, kl_kind="k2", weight_sum=36.0)
-    plain_scaled, _ = objective(**b, **CLIP, weight_sum=36.0)
-    expected_kl = masked_mean(kl_penalty(b["logprobs"], ref, "k2"), b["mask"]) * 0.5
+    with_kl, metrics = objective(
+        LossInputs(**b, ref_logprobs=ref), settings(kl_beta=0.5, kl_penalty="k2"), WeightSums(policy=36.0)
+    )
+    plain_scaled, _ = objective(LossInputs(**b), SETTINGS, WeightSums(policy=36.0))
+    expected_kl = masked_mean(kl_penalty(b["logprobs"], ref, "k2"), b["sample_weight"]) * 0.5
     torch.testing.assert_close(with_kl, plain_scaled + 0.5 * expected_kl)
     torch.testing.assert_close(metrics["actor/kl_loss"], expected_kl.detach())
-    assert "actor/kl_loss" not in objective(**b, **CLIP)[1]
+    assert "actor/kl_loss" not in objective(LossInputs(**b), SETTINGS)[1]
     # the KL term alone pulls log-probs towards the reference's: its gradient is (logp - ref) on kept rows
     lp = b["logprobs"].detach().clone().requires_grad_(True)
     only_kl, _ = objective(
-        **{**b, "logprobs": lp, "advantages": torch.zeros(4)},
-        **CLIP,
-        ref_logprobs=ref,
-        kl_coef=1.0,
-        kl_kind="k2",
+        LossInputs(**{**b, "logprobs": lp, "advantages": torch.zeros(4)}, ref_logprobs=ref),
+        settings(kl_beta=1.0, kl_penalty="k2"),
     )
     only_kl.backward()
-    kept = b["mask"].float().reshape(4, 1, 1)
+    kept = b["sample_weight"].float().reshape(4, 1, 1)
     torch.testing.assert_close(lp.grad, (lp.detach() - ref) * kept / (kept.sum() * 6))
     # a critic warm-up trains no policy: the KL term adds nothing then
-    frozen, _ = objective(**b, **CLIP, ref_logprobs=ref, kl_coef=1.0, train_policy=False)
-    torch.testing.assert_close(frozen, objective(**b, **CLIP, train_policy=False)[0])
+    frozen, _ = objective(LossInputs(**b, ref_logprobs=ref, train_policy=False), settings(kl_beta=1.0))
+    torch.testing.assert_close(frozen, objective(LossInputs(**b, train_policy=False), SETTINGS)[0])
 
 
 @pytest.mark.parametrize("logprob_level", ["token", "action", "chunk"])
@@ -256,32 +269,33 @@ def test_micro_batches_normalised_by_the_minibatch_weight_sum_add_up_to_it(logpr
     values, old_values, returns = (torch.randn(n, generator=g) for _ in range(3))
 
     mask = entry_weights(sample_weight, action_mask, ndim=lp.ndim)
-    sums = {
-        "weight_sum": total_weight(mask, lp.shape),
-        "entropy_weight_sum": total_weight(action_mask, entropy.shape),
-        "value_weight_sum": total_weight(None, values.shape),
-    }
+    sums = WeightSums(
+        policy=total_weight(mask, lp.shape),
+        entropy=total_weight(action_mask, entropy.shape),
+        value=total_weight(None, values.shape),
+    )
+    # the log-probs are reduced beforehand: the loss takes them as they are (token_level)
+    loss_settings = settings(entropy_bonus=0.1, kl_beta=0.5, value_clip=0.3)
 
-    def run(parts, **norm):
+    def run(parts, norm=None):
         leaves = [x.clone().requires_grad_() for x in (lp, entropy, values)]
         total, metrics = 0.0, {}
         for idx in parts:
             loss, m = actor_critic_loss(
-                logprobs=leaves[0][idx],
-                old_logprobs=old[idx],
-                advantages=adv[idx],
-                mask=entry_weights(sample_weight[idx], action_mask[idx], ndim=lp.ndim),
-                **CLIP,
-                entropy=leaves[1][idx],
-                entropy_mask=action_mask[idx],
-                entropy_coef=0.1,
-                ref_logprobs=ref[idx],
-                kl_coef=0.5,
-                values=leaves[2][idx],
-                old_values=old_values[idx],
-                returns=returns[idx],
-                value_clip=0.3,
-                **norm,
+                LossInputs(
+                    logprobs=leaves[0][idx],
+                    old_logprobs=old[idx],
+                    advantages=adv[idx],
+                    sample_weight=sample_weight[idx],
+                    action_mask=action_mask[idx],
+                    entropy=leaves[1][idx],
+                    ref_logprobs=ref[idx],
+                    values=leaves[2][idx],
+                    old_values=old_values[idx],
+                    returns=returns[idx],
+                ),
+                loss_settings,
+                norm,
             )
             total = total + loss
             for k, v in m.items():
@@ -293,7 +307,7 @@ def test_micro_batches_normalised_by_the_minibatch_weight_sum_add_up_to_it(logpr
     whole_loss, whole_metrics, whole_grads = run([torch.arange(n)])  # the plain weighted means
     for size in (1, 2, n):
         parts = list(torch.arange(n).split(size))
-        loss, metrics, grads = run(parts, **sums)
+        loss, metrics, grads = run(parts, sums)
         torch.testing.assert_close(loss, whole_loss, atol=1e-6, rtol=1e-6)
         for k, v in whole_metrics.items():
             torch.testing.assert_close(metrics[k], v, atol=1e-6, rtol=1e-6, msg=k)

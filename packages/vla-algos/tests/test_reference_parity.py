@@ -19,6 +19,8 @@ registry_ref = pytest.importorskip("rlinf.algorithms.registry")
 rlinf_utils = pytest.importorskip("rlinf.utils.utils")
 
 from vla_algos import (  # noqa: E402
+    LossInputs,
+    LossSettings,
     get_advantage_estimator,
     get_policy_loss,
     kl_penalty,
@@ -235,6 +237,25 @@ def test_ppo_actor_loss_its_gradient_and_metrics_match_the_reference(level: str,
     torch.testing.assert_close(m_ref["actor/approx_kl"], k1, **TOL)
 
 
+def test_token_level_clip_fraction_is_a_times_ours_with_the_references_decision_mask() -> None:
+    """At token level the reference masks decisions (``[n, C, 1]``) against ``[n, C, A]`` ratios: its
+    ``clip_fraction`` counts each decision's A tokens against one mask entry (the README's metric table)."""
+    new, old, adv, mask = _loss_inputs(11, "token_level")
+    decision_mask = mask[..., :1]  # the reference's token-level loss mask
+    _, m_ref = losses_ref.compute_ppo_actor_loss(
+        logprobs=new,
+        old_logprobs=old,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+        advantages=adv,
+        loss_mask=decision_mask,
+    )
+    _, m = ppo_actor_loss(new, old, adv, mask, clip_ratio_low=0.2, clip_ratio_high=0.28)
+    assert 0.0 < float(m["clip_fraction"]) < 1.0
+    torch.testing.assert_close(m_ref["actor/clip_fraction"].float(), A * m["clip_fraction"], **TOL)
+    torch.testing.assert_close(m["ratio"], m_ref["actor/ratio"], **TOL)  # the ratio metric is broadcast there
+
+
 @pytest.mark.parametrize("huber_delta", [10.0, 0.3])
 @pytest.mark.parametrize("value_clip", [0.2, 5.0])
 def test_critic_loss_its_gradient_and_explained_variance_match_the_reference(
@@ -261,23 +282,27 @@ def test_critic_loss_its_gradient_and_explained_variance_match_the_reference(
     loss.backward()
     torch.testing.assert_close(loss, loss_ref, **TOL)
     torch.testing.assert_close(v.grad, v_ref.grad, **TOL)
-    # the whole objective reports the same explained variance (`actor_critic` with value_coef 1: the reference's
-    # value loss is added with weight 1)
+    # the whole objective reports the same explained variance (`actor_critic` with value_loss_coef 1: the
+    # reference's value loss is added with weight 1)
     lp = torch.zeros(n, requires_grad=True)
     total, metrics = get_policy_loss("actor_critic")(
-        logprobs=lp,
-        old_logprobs=torch.zeros(n),
-        advantages=torch.zeros(n),
-        mask=mask,
-        clip_ratio_low=0.2,
-        clip_ratio_high=0.2,
-        values=new.clone(),
-        old_values=old,
-        returns=returns,
-        value_mask=mask,
-        value_clip=value_clip,
-        huber_delta=huber_delta,
-        value_coef=1.0,
+        LossInputs(
+            logprobs=lp,
+            old_logprobs=torch.zeros(n),
+            advantages=torch.zeros(n),
+            sample_weight=mask,
+            values=new.clone(),
+            old_values=old,
+            returns=returns,
+            value_mask=mask,
+        ),
+        LossSettings(
+            clip_ratio_low=0.2,
+            clip_ratio_high=0.2,
+            value_clip=value_clip,
+            huber_delta=huber_delta,
+            value_loss_coef=1.0,
+        ),
     )
     torch.testing.assert_close(total, loss_ref.detach(), **TOL)
     torch.testing.assert_close(

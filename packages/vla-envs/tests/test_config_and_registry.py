@@ -32,6 +32,9 @@ from vla_envs import (
         ({"start_method": "thread"}, "start_method"),
         ({"task": "reach-v3", "task_set": "MT10"}, "task"),
         ({"max_episode_steps": 0}, "max_episode_steps"),
+        ({"worker_timeout_s": float("nan")}, "worker_timeout_s"),
+        ({"worker_start_timeout_s": float("inf")}, "worker_start_timeout_s"),
+        ({"action_tolerance": float("nan")}, "action_tolerance"),
     ],
 )
 def test_config_rejects_bad_values_naming_the_key(changes: dict, key: str) -> None:

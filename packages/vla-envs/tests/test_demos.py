@@ -9,7 +9,8 @@ import pytest
 
 from vla_envs import EnvConfig
 from vla_envs.cli import main as cli_main
-from vla_envs.demos import DEMO_TRIAL_OFFSET, generate_metaworld_demos, load_demos
+from vla_envs.demos import DEMO_TRIAL_OFFSET, load_demos
+from vla_envs.metaworld.demos import generate_metaworld_demos
 
 pytest.importorskip("metaworld")
 

@@ -108,6 +108,7 @@ if __name__ == "__main__":
         make_env(EnvConfig(env_type="maniskill", task="PickCube-v1", render=False))
     except ManiSkillUnavailableError as exc:
         print("RAISED:", str(exc).splitlines()[0])
+        print("LINES:", len(str(exc).splitlines()))
 """
 
 
@@ -119,8 +120,13 @@ def test_missing_vulkan_driver_gives_a_skip_reason_and_a_clear_error(tmp_path) -
     env = {**os.environ, "VK_ICD_FILENAMES": str(tmp_path / "missing_icd.json")}
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "REASON: cannot create ManiSkill env 'PickCube-v1'" in out.stdout and "lavapipe" in out.stdout
-    assert "RAISED: ManiSkill (SAPIEN) needs a Vulkan device" in out.stdout
+    assert (
+        "REASON: ManiSkill (SAPIEN) found no usable Vulkan device to create env 'PickCube-v1'" in out.stdout
+    )
+    assert "lavapipe" in out.stdout and "`bash scripts/install_system_deps.sh`" in out.stdout
+    # the worker process finds no driver before it builds its simulators and passes its one-line error on
+    assert "RAISED: ManiSkill (SAPIEN) needs a Vulkan device and no Vulkan driver" in out.stdout
+    assert "LINES: 1" in out.stdout
 
 
 def test_every_listed_task_has_an_instruction() -> None:
@@ -289,3 +295,31 @@ def test_batched_backend_same_step_autoreset_on_a_one_env_cpu_sim(vulkan: None) 
         assert torch.equal(last.rewards[:, 2:], torch.zeros(1, 2))  # the rest of the chunk is ignored
     finally:
         env.close()
+
+
+def test_the_batched_backend_records_episode_videos(vulkan: None, tmp_path) -> None:
+    """`video_cfg.save_video` with the batched (GPU) backend's env class: one mp4 per finished episode of the
+    recorded rows, a frame per step after the reset frame. Run here on ManiSkill's CPU simulator with one env (the
+    class drives any batched ManiSkill env; the CPU simulator holds one)."""
+    import imageio.v2 as imageio
+
+    from vla_envs.config import VideoConfig
+
+    cfg = EnvConfig(
+        env_type="maniskill", task="PickCube-v1", num_envs=1, max_episode_steps=4, image_size=64,
+        video=VideoConfig(save_video=True, video_base_dir=str(tmp_path), fps=10),
+    )  # fmt: skip
+    env = ManiSkillGPUEnv(cfg, resolve_options(cfg))
+    try:
+        env.reset()
+        env.set_video_tag("eval_iter3")
+        zeros = np.zeros((1, 3, env.action_dim), np.float32)
+        first = env.chunk_step(zeros)
+        assert not first.final_mask.any() and list(tmp_path.iterdir()) == []
+        second = env.chunk_step(zeros)  # steps 4-6: the episode is cut at step 4, then reset
+        assert second.final_mask.all()
+    finally:
+        env.close()
+    (video,) = sorted(tmp_path.glob("*.mp4"))
+    assert video.name == "eval_iter3_env0_ep0.mp4"
+    assert len(imageio.mimread(str(video))) == 1 + 4  # the reset frame and one per step of the episode

@@ -176,3 +176,18 @@ def test_a_full_disk_removes_the_temporary_folder_and_keeps_older_checkpoints(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["global_step_1"]
     assert {p: p.read_bytes() for p in first.rglob("*") if p.is_file()} == before
     assert latest_checkpoint(tmp_path, verify=True) == first
+
+
+@pytest.mark.parametrize("name", [MANIFEST, "state/trainer.json"])
+def test_json_nested_past_the_parsers_depth_is_one_line(tmp_path: Path, name: str) -> None:
+    ckpt = _save(tmp_path)
+    assert (ckpt / name).is_file()
+    (ckpt / name).write_text("[" * 100_000 + "]" * 100_000)
+    if name != MANIFEST:
+        _reseal(ckpt)  # the checksums pass: the parser meets the nesting
+    with pytest.raises(CheckpointError, match=r"nests deeper than the JSON parser allows"):
+        load_checkpoint(ckpt, model=nn.Linear(4, 3))
+    if name == MANIFEST:  # the search for the newest checkpoint passes over it with the same line
+        skipped: list[str] = []
+        assert latest_checkpoint(tmp_path, skipped=skipped) is None
+        assert "nests deeper than the JSON parser allows" in skipped[0]

@@ -40,11 +40,6 @@ def test_clip_grad_norm_of_plain_tensors_is_torchs() -> None:
     assert torch.equal(a.weight.grad, b.weight.grad)
 
 
-@pytest.fixture(scope="module")
-def two_rank() -> list[dict[str, Any]]:
-    return helpers.two_rank_results()["fsdp"]
-
-
 @pytest.mark.slow
 def test_two_gloo_ranks_gather_sum_and_clip_like_one_process(two_rank: list[dict[str, Any]]) -> None:
     for rank, res in enumerate(two_rank):

@@ -63,12 +63,6 @@ def test_gradient_checkpointing_same_grads_and_names_single_process() -> None:
         assert torch.equal(p.grad, q.grad), name
 
 
-@pytest.fixture(scope="module")
-def two_rank() -> list[dict[str, Any]]:
-    # one two-process run serves every test here (cached in the helpers module)
-    return helpers.two_rank_results()["fsdp"]
-
-
 @pytest.mark.slow
 def test_fsdp2_two_ranks_losses_match_single_process(two_rank: list[dict[str, Any]]) -> None:
     res = two_rank[0]

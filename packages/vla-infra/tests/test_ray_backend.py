@@ -3,6 +3,7 @@ each process on its GPU, dispatch works across actors, RayChannel moves data, to
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -186,3 +187,46 @@ def test_dead_actor_is_restarted_with_replayed_state_then_lost(ray_node):
         assert group.restarts == [1, 1]
     finally:
         group.shutdown()
+
+
+def _gone(pid: int, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_stopped_actor_times_out_by_name_and_is_killed(ray_node):
+    """`kill -STOP` stands in for a GPU kernel that never returns: the call gives up after the group's timeout
+    naming the rank, its process and node, and shutdown kills the stopped process without waiting for it."""
+    from vla_infra import WorkerTimeout, phase
+
+    cpu = RayBackend(num_nodes=1, num_gpus_per_node=0)
+    group = WorkerGroup(Probe, 2, backend=cpu, name="probe", timeout_s=3.0, start_timeout_s=120.0)
+    pids = [s["pid"] for s in group.ping()]
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(WorkerTimeout) as caught, phase("generate_rollouts"):
+            group.double(np.arange(4))
+        assert time.monotonic() - t0 < 3.0 + 10.0
+        exc = caught.value
+        assert (exc.ranks, exc.method, exc.phase) == ([1], "double", "generate_rollouts")
+        assert (
+            f"worker probe rank 1 (pid {pids[1]} on node 127.0.0.1) in double: no answer within 3 s"
+            in str(exc)
+        )
+        t0 = time.monotonic()
+        group.shutdown()
+        assert time.monotonic() - t0 < 10.0  # the stopped actor is not asked to close
+        assert _gone(pids[1], 30.0) and _gone(pids[0], 30.0)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

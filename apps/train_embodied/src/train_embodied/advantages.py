@@ -18,7 +18,7 @@ import torch
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection
 from train_embodied.rollout import RolloutBatch
-from vla_algos import get_advantage_estimator, rollout_advantages
+from vla_algos import rollout_advantages
 
 
 @dataclass
@@ -50,18 +50,11 @@ def compute_advantages(
     `all_reduce`: `batch` is one data-parallel rank's whole rows of the rollout; it sums a tensor over the ranks so
     that whitening uses the statistics of the whole rollout (the estimators themselves need only whole rows).
     `task_groups`: (int64 [B] group of each row, number of groups) for `algorithm.per_task_advantages`,
-    numbered alike on every rank (`sharding.rank_task_groups`); None: from `batch.task_ids` (this process holds
-    every row)."""
-    estimator = get_advantage_estimator(algo.adv_type)
-    if estimator.needs_values and batch.values is None:
-        raise ValueError(
-            f"algorithm.adv_type={algo.adv_type!r} needs values: set actor.model.add_value_head=true"
-        )
-    if algo.filter_rewards and not estimator.grouped_starts and algo.per_task_advantages == "none":
-        raise ValueError(
-            f"algorithm.filter_rewards=True with algorithm.adv_type={algo.adv_type!r} needs the rows grouped by "
-            "task: set algorithm.per_task_advantages to center or whiten"
-        )
+    numbered alike on every rank (`data_parallel.rank_task_groups`); None: from `batch.task_ids` (this process
+    holds every row).
+
+    The config check refuses settings that do not fit together (a critic-based estimator without values, a PPO reward
+    filter without task groups); `vla_algos.rollout_advantages` raises on them too, naming them."""
     groups, num_groups = (None, None)
     if algo.per_task_advantages != "none":
         groups, num_groups = task_groups if task_groups is not None else _task_groups(batch, algo)
@@ -110,13 +103,6 @@ def _task_groups(batch: RolloutBatch, algo: AlgorithmSection) -> tuple[torch.Ten
         )
     uniq, inverse = torch.unique(batch.task_ids, return_inverse=True)
     return inverse, len(uniq)
-
-
-def task_groups(local_ids: torch.Tensor, all_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(group of each of `local_ids` [b], number of groups), the groups numbered by the sorted distinct task ids of
-    `all_ids` (every rank's rows): the same numbering on every data-parallel rank."""
-    uniq = torch.unique(all_ids)
-    return torch.searchsorted(uniq, local_ids), len(uniq)
 
 
 def flatten_for_update(batch: RolloutBatch, adv: Any) -> SampleBatch:

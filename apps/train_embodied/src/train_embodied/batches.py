@@ -1,13 +1,12 @@
-"""The typed batches that cross worker boundaries: what the rollout policy answers and what a simulator step
-returns. Worker groups split and join them field by field (vla_infra's dispatch treats a dataclass like a dict of
-its fields), so every consumer reads named, documented fields instead of string keys."""
+"""The typed batches that cross worker boundaries: what the rollout policy answers and what the actor trains on (a
+simulator step is `vla_envs.StepResult`). Worker groups split and join them field by field (vla_infra's dispatch
+treats a dataclass like a dict of its fields), so every consumer reads named, documented fields instead of string
+keys."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-import numpy as np
 import torch
 
 
@@ -28,30 +27,6 @@ class Prediction:
     logprobs: torch.Tensor | None
     values: torch.Tensor | None
     forward_inputs: dict[str, torch.Tensor]
-
-
-@dataclass
-class EnvStep:
-    """One action chunk of B simulator rows (`vla_envs.StepResult` as an env worker reports it).
-
-    Attributes:
-        obs: observation dict after the chunk (the next episode's first one for rows that ended and reset).
-        rewards, terminated, truncated: [B, C] per executed action.
-        final_obs: observation dict at the end of each ended episode (rows of `final_mask`).
-        final_mask: bool [B] rows whose episode ended in this chunk.
-        episode_metrics: per-row arrays of the ended episodes (`success_once`, `return`, `episode_len`).
-        lost_mask: bool [B] rows whose episode was lost with a dead worker process (counted apart, never
-            scored).
-    """
-
-    obs: dict[str, Any]
-    rewards: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
-    final_obs: dict[str, Any]
-    final_mask: np.ndarray
-    episode_metrics: dict[str, np.ndarray]
-    lost_mask: np.ndarray
 
 
 @dataclass

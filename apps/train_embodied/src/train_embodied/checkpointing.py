@@ -7,10 +7,10 @@ the newest run folder of the same experiment (`runner.logger.log_path/experiment
 `runner.logger.log_dir` when it is set) that holds a checkpoint, and starts a fresh run when there is none, so
 rerunning the same command after a crash continues it.
 
-Before anything is built, `check_resume` reads the chosen checkpoint's headers and state files (a file that is not
-what its name says is one line) and, for a policy built from its settings, compares every tensor's shape with the
-policy the run would build (a checkpoint of another model size names the tensor). Checkpoints are read without
-pickle (`vla_infra`: JSON and safetensors only).
+Before anything is built, `train_embodied.preflight` reads the chosen checkpoint's headers and state files (a file
+that is not what its name says is one line) and, for a policy built from its settings, compares every tensor's
+shape with the policy the run would build (a checkpoint of another model size names the tensor). Checkpoints are
+read without pickle (`vla_infra`: JSON and safetensors only).
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ from train_embodied.run_state import RunState
 from vla_infra import (
     COMPLETE_MARKER,
     MANIFEST,
-    CheckpointError,
     checkpoint_dir,
     checkpoint_problem,
-    checkpoint_tensor_shapes,
     latest_checkpoint,
+    phase,
 )
 
 AUTO = "auto"
@@ -85,61 +84,25 @@ def find_run_to_resume(log_path: str | Path, experiment_name: str) -> Path | Non
     return max(runs, key=lambda p: p.stat().st_mtime, default=None)
 
 
-def resume_checkpoint(resume_dir: str | None, log_dir: str | Path) -> Path | None:
+def resume_checkpoint(
+    resume_dir: str | None, log_dir: str | Path, *, skipped: list[str] | None = None
+) -> Path | None:
     """The checkpoint a run starts from: None for a fresh start (no `resume_dir`, or `auto` with nothing saved).
-    Prints one line per newer checkpoint passed over (interrupted save, damaged file)."""
+    Each newer checkpoint passed over (interrupted save, damaged file) is a line added to `skipped`, or printed
+    without it."""
     if not resume_dir:
         return None
-    skipped: list[str] = []
+    passed_over: list[str] = []
     if resume_dir == AUTO:
-        found = latest_checkpoint(Path(log_dir) / "checkpoints", verify=True, skipped=skipped)
+        found = latest_checkpoint(Path(log_dir) / "checkpoints", verify=True, skipped=passed_over)
     else:
-        found = find_latest_checkpoint(resume_dir, skipped)
-    for line in skipped:
-        print(f"[resume] skipped: {line}")
+        found = find_latest_checkpoint(resume_dir, passed_over)
+    if skipped is not None:
+        skipped.extend(passed_over)
+    else:
+        for line in passed_over:
+            print(f"[resume] skipped: {line}")
     return found
-
-
-def check_resume(tc: Any) -> list[str]:
-    """One line per problem of the checkpoint `runner.resume_dir` resumes from (none for a fresh start): no usable
-    checkpoint, an unreadable file, or (a policy built from `actor.model` settings, no `model_path`) a tensor whose
-    shape differs from the policy's. The policy is built on the meta device: no memory, no weights."""
-    resume_dir = tc.runner.resume_dir
-    if not resume_dir or tc.runner.only_eval:
-        return []
-    try:
-        found = resume_checkpoint(resume_dir, tc.log_dir)
-        if found is None:
-            return []
-        shapes = checkpoint_tensor_shapes(found)
-    except (ResumeError, CheckpointError) as exc:
-        text = str(exc)
-        return [
-            text if text.startswith("runner.resume_dir=") else f"runner.resume_dir={resume_dir!r}: {text}"
-        ]
-    expected = _policy_shapes(tc.actor.model)
-    for name, shape in sorted(shapes.items()):
-        if name in expected and expected[name] != shape:
-            return [
-                f"runner.resume_dir={resume_dir!r}: {found / 'model.safetensors'} tensor {name} has shape {shape}, "
-                f"the policy actor.model describes has {expected[name]} (a checkpoint of another model size)"
-            ]
-    return []
-
-
-def _policy_shapes(section: Any) -> dict[str, list[int]]:
-    """Tensor shapes of the policy a run builds from `section` (empty when it loads `model_path`: the folder's
-    own checks apply when the actor loads it)."""
-    import torch
-
-    from train_embodied.policy_io import model_config
-    from vla_models import build_policy
-
-    if section.model_path:
-        return {}
-    with torch.device("meta"):
-        policy = build_policy(model_config(section, None))
-    return {name: list(t.shape) for name, t in policy.state_dict().items()}
 
 
 def drop_metrics_after(log_dir: str | Path, step: int) -> None:
@@ -182,9 +145,11 @@ def save_run_checkpoint(log_dir: str | Path, actor: Any, state: RunState) -> Pat
         checkpoint_problem(path) is None
     ):  # already saved after this iteration (save_interval hit the last one)
         return path
-    return Path(actor.save_checkpoint(str(path), state.to_dict()))
+    with phase("checkpoint"):
+        return Path(actor.save_checkpoint(str(path), state.to_dict()))
 
 
 def load_run_checkpoint(path: Path, actor: Any) -> RunState:
     """Restore the actor from `path`; returns the trainer state saved with it."""
-    return RunState.from_dict(actor.load_checkpoint(str(path)))
+    with phase("resume"):
+        return RunState.from_dict(actor.load_checkpoint(str(path)))

@@ -49,7 +49,11 @@ def _parse(argv: Sequence[str], prog: str) -> tuple[str, list[str], set[str]] | 
     return args[0], args[1:], flags
 
 
-def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, check_paths: bool):
+def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, sft: bool = False):
+    """The validated config of a command, or None when it only prints or validates. A problem with the config or
+    with what the run would read (`train_embodied.preflight`: the run folder, the resume checkpoint and, unless
+    `sft` (a policy built from scratch, the GPUs not checked), the model folder) is one line per problem on
+    stderr, exit status 2."""
     from omegaconf import OmegaConf
 
     from train_embodied.config import (
@@ -59,7 +63,7 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
         compose_config,
         to_plain,
     )
-    from train_embodied.run_folder import env_interpolations, folder_problem, name_problem, redact_env_values
+    from train_embodied.run_folder import env_interpolations, name_problem, redact_env_values
 
     try:
         cfg = compose_config(config, overrides)
@@ -71,14 +75,15 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
         plain = to_plain(cfg)
         if "--cfg" in flags:
             print(OmegaConf.to_yaml(OmegaConf.create(redact_env_values(plain, secrets))))
-        tc = build_train_config(plain, check_paths=check_paths)
-        if problem := folder_problem(tc.log_dir):
-            raise ConfigError([problem])
-        from train_embodied.checkpointing import check_resume  # reads files: only for a config that passed
-        from train_embodied.policy_io import check_model_folder
+        tc = build_train_config(plain, check_paths=not sft)
+        from train_embodied.preflight import (  # reads files: a valid config's
+            SFT_CHECKS,
+            TRAIN_CHECKS,
+            preflight,
+        )
 
-        if resume_errors := check_resume(tc) + check_model_folder(tc.actor.model):
-            raise ConfigError(resume_errors)
+        if problems := preflight(tc, SFT_CHECKS if sft else TRAIN_CHECKS):
+            raise ConfigError(problems)
         # the saved config.json (and wandb's copy) name ${oc.env:...} instead of holding the variables' values
         redacted = redact_env_values(tc.raw, secrets)
         tc.raw.clear()
@@ -97,23 +102,33 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, chec
 def _run(prog: str, tc) -> int:
     """Run the trainer in its locked run folder; each fault the user must act on is one line on stderr: a run
     folder that cannot be written or is in use by another run, or a resume checkpoint that does not fit (exit 2,
-    before any simulator starts where it can be found then); a simulator that cannot start, an update that keeps
-    diverging, a checkpoint save that fails (a full disk; older checkpoints stay intact) (exit 1); Ctrl-C (exit
-    130, the workers are shut down)."""
+    before any simulator starts where it can be found then); something this machine lacks that a worker found
+    (a `vla_envs.SimulatorSetupError`, exit 2); a simulator that cannot start, an update that keeps diverging, a
+    checkpoint save that fails (a full disk; older checkpoints stay intact), a worker that does not answer within
+    cluster.worker_timeout_s, a lost node or a worker that died too often, once runner.max_restarts are used up
+    (exit 1; the line names the worker, the phase and the last complete checkpoint); Ctrl-C (exit 130) and SIGTERM
+    (exit 143): the workers are shut down."""
     from train_embodied.checkpointing import ResumeError
     from train_embodied.numerics import TrainingDiverged
+    from train_embodied.run_failures import (
+        Terminated,
+        failure_line,
+        last_checkpoint_text,
+        run_restarting,
+        sigterm_stops_the_run,
+    )
     from train_embodied.run_folder import RunFolderError, run_folder_lock
     from train_embodied.runner import run
     from vla_envs import SimulatorUnavailable
-    from vla_infra import CheckpointError, CheckpointSaveError
+    from vla_infra import CheckpointError, CheckpointSaveError, WorkerFailure
 
     if isinstance(sys.stdout, io.TextIOWrapper):
         # each progress line reaches a pipe (`| tee run.log`, a supervising process) when it is printed, not when a
         # block of output has filled up
         sys.stdout.reconfigure(line_buffering=True)
     try:
-        with run_folder_lock(tc.log_dir), _ctrl_c_reaches_this_process_only():
-            run(tc)
+        with run_folder_lock(tc.log_dir), _ctrl_c_reaches_this_process_only(), sigterm_stops_the_run():
+            run_restarting(tc, run)
     except (RunFolderError, ResumeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
@@ -125,10 +140,66 @@ def _run(prog: str, tc) -> int:
     except (SimulatorUnavailable, TrainingDiverged, CheckpointSaveError) as exc:
         print(f"{prog}: error: {_first_line(exc)}", file=sys.stderr)
         return 1
+    except WorkerFailure as exc:
+        if (lack := _setup_error(exc)) is not None:  # a worker found something this machine lacks
+            print(f"{prog}: error: {_first_line(lack)}", file=sys.stderr)
+            return 2
+        print(f"{prog}: error: {failure_line(exc, tc.log_dir)}; workers stopped", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted (Ctrl-C): workers stopped; run folder {tc.log_dir}", file=sys.stderr)
+        stopped = f"workers stopped; {last_checkpoint_text(tc.log_dir)}; run folder {tc.log_dir}"
+        print(f"{prog}: interrupted (Ctrl-C): {stopped}", file=sys.stderr)
         return 130
+    except Terminated:
+        stopped = f"workers stopped; {last_checkpoint_text(tc.log_dir)}; run folder {tc.log_dir}"
+        print(f"{prog}: terminated (SIGTERM): {stopped}", file=sys.stderr)
+        return 143
+    except Exception as exc:
+        if (lack := _setup_error(exc)) is None:
+            raise
+        print(f"{prog}: error: {_first_line(lack)}", file=sys.stderr)
+        return 2
     return 0
+
+
+# ---- set-up check of the machine: one call before any worker starts (a pre-run check of its own) ----
+def _check_machine(prog: str, envs: Sequence[tuple[str, object]]) -> None:
+    """Each env of the run checked against this machine before any worker starts (`vla_envs.check_env_setup`):
+    a simulator package, asset, runtime or display library that is missing ends the command with one line per
+    env naming it and the command that fixes it (exit 2). A lack that shows only inside a simulator ends the run
+    with the same line from the worker (`_run`)."""
+    from vla_envs import SimulatorSetupError, check_env_setup
+
+    problems: dict[str, str] = {}
+    for name, env in envs:
+        try:
+            check_env_setup(env)
+        except SimulatorSetupError as exc:
+            problems.setdefault(_first_line(exc), name)
+    for line, name in problems.items():
+        print(f"{prog}: error: {name}: {line}", file=sys.stderr)
+    if problems:
+        raise SystemExit(2)
+
+
+def _run_envs(tc) -> list[tuple[str, object]]:
+    """The envs a `vla-train` / `vla-eval` run builds: the train env unless it only evaluates, and the eval env."""
+    return ([] if tc.runner.only_eval else [("env.train", tc.env_train)]) + [("env.eval", tc.env_eval)]
+
+
+def _setup_error(exc: BaseException) -> BaseException | None:
+    """The `SimulatorSetupError` that `exc` is or carries (an error a Ray worker raised holds it as `cause`), the
+    innermost one, else None."""
+    from vla_envs import SimulatorSetupError
+
+    chain = [exc]
+    while len(chain) < 8:
+        nxt = getattr(chain[-1], "cause", None)
+        nxt = nxt if isinstance(nxt, BaseException) else chain[-1].__cause__
+        if nxt is None or any(nxt is seen for seen in chain):
+            break
+        chain.append(nxt)
+    return next((e for e in reversed(chain) if isinstance(e, SimulatorSetupError)), None)
 
 
 @contextmanager
@@ -162,9 +233,10 @@ def train_main(argv: Sequence[str] | None = None) -> int:
     if parsed is None:
         return 0
     config, overrides, flags = parsed
-    tc = _load("vla-train", config, overrides, flags, check_paths=True)
+    tc = _load("vla-train", config, overrides, flags)
     if tc is None:
         return 0
+    _check_machine("vla-train", _run_envs(tc))
     return _run("vla-train", tc)
 
 
@@ -174,9 +246,10 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
     if parsed is None:
         return 0
     config, overrides, flags = parsed
-    tc = _load("vla-eval", config, [*overrides, "runner.only_eval=true"], flags, check_paths=True)
+    tc = _load("vla-eval", config, [*overrides, "runner.only_eval=true"], flags)
     if tc is None:
         return 0
+    _check_machine("vla-eval", _run_envs(tc))
     return _run("vla-eval", tc)
 
 
@@ -186,12 +259,19 @@ def sft_main(argv: Sequence[str] | None = None) -> int:
     if parsed is None:
         return 0
     config, overrides, flags = parsed
-    tc = _load("vla-sft", config, overrides, flags, check_paths=False)
+    tc = _load("vla-sft", config, overrides, flags, sft=True)
     if tc is None:
         return 0
+    _check_machine("vla-sft", [("env.train", tc.env_train)])
     from train_embodied.sft import run_sft
 
-    out = run_sft(tc)
+    try:
+        out = run_sft(tc)
+    except Exception as exc:
+        if (lack := _setup_error(exc)) is None:
+            raise
+        print(f"vla-sft: error: {_first_line(lack)}", file=sys.stderr)
+        return 2
     print(out)
     return 0
 

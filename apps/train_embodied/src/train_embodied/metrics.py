@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from train_embodied.config.build import TrainConfig
+from train_embodied.config.train_config import TrainConfig
 
 if TYPE_CHECKING:
     from train_embodied.rollout import RolloutBatch

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -72,32 +73,6 @@ def build_policy_for_run(
     return policy
 
 
-#: model folders with at most this many bytes of weights are loaded once while the config is validated
-FULL_CHECK_BYTES = 512 * 1024**2
-
-
-def check_model_folder(section: ModelSection) -> list[str]:
-    """One line if `actor.model.model_path` would fail to load, found before anything is built: a folder whose
-    weights total at most `FULL_CHECK_BYTES` is loaded once here (every check of `vla_models.load_policy`:
-    checksums, dtypes, shapes, NaN/inf); a larger one gets those that need no tensor values
-    (`vla_models.check_checkpoint`, part of the config check) and the rest when the actor loads it."""
-    from pathlib import Path
-
-    if not section.model_path or not Path(section.model_path).is_dir():
-        return []
-    size = sum(f.stat().st_size for f in Path(section.model_path).glob("*.safetensors") if f.is_file())
-    if size > FULL_CHECK_BYTES:
-        return []
-    try:
-        with torch.random.fork_rng(devices=[]):  # a fresh value head draws: keep the run's streams
-            build_policy_for_run(section, None)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        text = " ".join(str(exc).split())
-        text = text.removeprefix("actor.model: ")
-        return [f"actor.model.model_path={section.model_path!r} is invalid: {text}"]
-    return []
-
-
 def frozen_copy(policy: Policy) -> Policy:
     """A copy of `policy` that does not train (no gradients, eval mode): the KL penalty's reference policy.
 
@@ -112,7 +87,6 @@ def frozen_copy(policy: Policy) -> Policy:
 def _saved_value_head(path: str) -> bool:
     """Whether the checkpoint folder at `path` holds a value head (config.json `vla_models.add_value_head`)."""
     import json
-    from pathlib import Path
 
     config = Path(path) / "config.json"
     if not config.exists():

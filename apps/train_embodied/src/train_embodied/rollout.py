@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from train_embodied.batches import EnvStep, Prediction
-from vla_envs import select_obs_rows
+from train_embodied.batches import Prediction
+from train_embodied.progress import progress_bar
+from vla_envs import StepResult, concat_obs, select_obs_rows
 from vla_models import concat_forward_inputs, pad_prompts
 
 
@@ -70,21 +70,6 @@ def task_ids_of(obs: dict[str, Any]) -> torch.Tensor:
     return torch.tensor([task_id(str(d)) for d in obs["task_descriptions"]], dtype=torch.int64)
 
 
-def _concat_obs(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    if len(parts) == 1:
-        return parts[0]
-    out: dict[str, Any] = {}
-    for key in parts[0]:
-        values = [p[key] for p in parts]
-        if values[0] is None:
-            out[key] = None
-        elif isinstance(values[0], list):
-            out[key] = [x for v in values for x in v]
-        else:
-            out[key] = np.concatenate([np.asarray(v) for v in values])
-    return out
-
-
 def collect_rollout(
     env_stages: Sequence[Any],
     rollout: Any,
@@ -93,7 +78,7 @@ def collect_rollout(
     reset_kwargs: Sequence[dict[str, Any]],
     bootstrap_truncation: bool,
     stop_when_all_done: bool,
-    progress: bool = False,
+    progress: bool | str = False,
     desc: str = "rollout",
     weight_version: int | None = None,
     record_rows_from: int | None = None,
@@ -108,7 +93,7 @@ def collect_rollout(
         bootstrap_truncation: Compute V(final obs) of truncated episodes and of the last obs (needs a critic).
         stop_when_all_done: One episode per env (auto_reset off): decisions after an env's episode ended are
             masked out of the loss and the rollout stops once every env has finished.
-        progress: Show a tqdm bar.
+        progress: `runner.progress_bar`: a bar (True), none (False), or `auto` (`train_embodied.progress`).
         desc: Progress bar label.
         weight_version: The weight version the run last synced; a rollout rank holding another refuses to
             generate (StaleWeightsError).
@@ -127,7 +112,7 @@ def collect_rollout(
     first_scores = np.full(b_total, np.nan, dtype=np.float32)
     episodes: dict[str, list[np.ndarray]] = {"success_once": [], "return": [], "episode_len": []}
     env_steps = 0
-    bar = tqdm(total=num_decisions, desc=desc, leave=False, disable=not progress, unit="step")
+    bar = progress_bar(progress, total=num_decisions, desc=desc, leave=False, unit="step")
     for _ in range(num_decisions):
         # Pipeline: the policy acts on stage s while the simulators of stage s-1 are still stepping.
         outs, futures = [], []
@@ -148,7 +133,7 @@ def collect_rollout(
                 v_final = rollout.values(select_obs_rows(step["final_obs"], trunc_rows))
                 step["final_values"][torch.as_tensor(trunc_rows)] = v_final.float()
         # an episode lost with a dead env worker process restarts from its reset: not a finished episode
-        final_mask = final_mask & ~step["lost_mask"]
+        final_mask = final_mask & ~step["lost"]
         if final_mask.any():
             rows = np.flatnonzero(final_mask)
             for key in episodes:
@@ -163,14 +148,14 @@ def collect_rollout(
         if stop_when_all_done and ended_once.all():
             break
     bar.close()
-    last_obs = _concat_obs(obs)
+    last_obs = concat_obs(obs)
     last_values = rollout.values(last_obs) if bootstrap_truncation else torch.zeros(b_total)
     batch = _stack(steps, last_values, episodes, first_scores, env_steps)
     batch.task_ids = task_ids
     return batch
 
 
-def _merge_step(outs: list[Prediction], results: list[EnvStep], sizes: list[int]) -> dict[str, Any]:
+def _merge_step(outs: list[Prediction], results: list[StepResult], sizes: list[int]) -> dict[str, Any]:
     """One decision of every stage, concatenated along the batch (stage order)."""
 
     def cat(key: str) -> np.ndarray:
@@ -186,8 +171,8 @@ def _merge_step(outs: list[Prediction], results: list[EnvStep], sizes: list[int]
         "terminated": cat("terminated"),
         "truncated": cat("truncated"),
         "final_mask": cat("final_mask"),
-        "lost_mask": cat("lost_mask"),
-        "final_obs": _concat_obs([r.final_obs for r in results]),
+        "lost": cat("lost"),
+        "final_obs": concat_obs([r.final_obs for r in results]),
         "episode_metrics": {
             k: np.concatenate([np.asarray(r.episode_metrics[k]) for r in results])
             for k in results[0].episode_metrics
@@ -220,8 +205,9 @@ def _stack(
     )
 
 
-def _pad_time(x: torch.Tensor, t: int, fill: float | bool = 0) -> torch.Tensor:
-    """`x` [T', B, ...] extended to T rows along time with `fill`."""
+def pad_time(x: torch.Tensor, t: int, fill: float | bool = 0) -> torch.Tensor:
+    """`x` [T', B, ...] extended to T rows along time with `fill` (a rollout shorter than others: grouped starts
+    that all ended early)."""
     if x.shape[0] == t:
         return x
     pad = torch.full((t - x.shape[0], *x.shape[1:]), fill, dtype=x.dtype, device=x.device)
@@ -248,10 +234,10 @@ def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
             raise ValueError("concat_rollouts: a shorter rollout has episodes that never ended")
 
     def cat(get: Any, fill: float | bool = 0) -> torch.Tensor:
-        return torch.cat([_pad_time(get(b), t, fill) for b in batches], dim=1)
+        return torch.cat([pad_time(get(b), t, fill) for b in batches], dim=1)
 
     forward_inputs = concat_forward_inputs(
-        [{k: _pad_time(v, t) for k, v in b.forward_inputs.items()} for b in batches], dim=1
+        [{k: pad_time(v, t) for k, v in b.forward_inputs.items()} for b in batches], dim=1
     )
     first = [b.first_scores for b in batches]
     tasks = [b.task_ids for b in batches]

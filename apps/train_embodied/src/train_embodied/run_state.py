@@ -49,16 +49,26 @@ class RunState:
         """The state `to_dict` wrote. A trainer state without `iteration`, `weight_version` or `optimizer_steps`
         gives them as `epoch`, `version` and `global_step` (the actor's optimizer steps); those are read too."""
         return cls(
-            iteration=int(_first(data, "iteration", "epoch")),
-            env_steps=int(data.get("env_steps", 0)),
-            weight_version=int(_first(data, "weight_version", "version")),
-            optimizer_steps=int(_first(data, "optimizer_steps", "global_step")),
+            iteration=_count(data, "iteration", "epoch"),
+            env_steps=_count(data, "env_steps"),
+            weight_version=_count(data, "weight_version", "version"),
+            optimizer_steps=_count(data, "optimizer_steps", "global_step"),
             history=list(data.get("history") or []),
             before=dict(data.get("before") or {}),
             eval_tables=dict(data.get("eval_tables") or {}),
         )
 
 
-def _first(data: dict[str, Any], *keys: str) -> Any:
-    """The value of the first of `keys` that `data` holds (0 when none)."""
-    return next((data[k] for k in keys if data.get(k) is not None), 0)
+def _count(data: dict[str, Any], *keys: str) -> int:
+    """The value of the first of `keys` that `data` holds (0 when none), which must be a count (an int >= 0).
+
+    Raises:
+        ValueError: naming the key and the value.
+    """
+    key = next((k for k in keys if data.get(k) is not None), None)
+    if key is None:
+        return 0
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"the trainer state's {key}={value!r} is not a count (an int >= 0)")
+    return value

@@ -8,12 +8,20 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from train_embodied.config.build import TrainConfig
+from train_embodied.config.train_config import TrainConfig
 from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
 from vla_algos import get_advantage_estimator
 from vla_envs import EnvConfig
-from vla_infra import WeightSyncCoordinator, WorkerGroup, make_backend, resolve_placement, unit_bounds
+from vla_infra import (
+    WeightSyncCoordinator,
+    WorkerGroup,
+    WorkerTimeout,
+    make_backend,
+    phase,
+    resolve_placement,
+    unit_bounds,
+)
 
 
 def train_env_configs(tc: TrainConfig) -> list[EnvConfig]:
@@ -43,9 +51,23 @@ class RunWorkers:
         need_train: Build the training envs and the actor (False for `only_eval`).
         pid_file: If given, a JSON file of every worker's process id by group (`worker_pids()`), written at start
             and again after a worker was replaced (which process is which, for an operator or a fault test).
+
+    Attributes:
+        weights: The actor -> rollout weight sync (`vla_infra.WeightSyncCoordinator`: `sync(version)`, the
+            `version` last synced); None without an actor (evaluation only: the rollout loads `model_path`).
     """
 
     def __init__(self, tc: TrainConfig, *, need_train: bool = True, pid_file: Path | None = None) -> None:
+        self.groups: list[WorkerGroup] = []
+        self.backend = None
+        try:
+            with phase("setup"):
+                self._start(tc, need_train, pid_file)
+        except BaseException:
+            self.close()  # the workers started so far (and a Ray instance started here) stop with the failure
+            raise
+
+    def _start(self, tc: TrainConfig, need_train: bool, pid_file: Path | None) -> None:
         cluster = tc.cluster
         self.placement = resolve_placement(
             dict(cluster.component_placement),
@@ -53,9 +75,13 @@ class RunWorkers:
             num_gpus_per_node=cluster.num_gpus_per_node,
         )
         self.backend_name = cluster.backend
-        # the Ray backend joins `cluster.ray_address` (or RAY_ADDRESS), else starts a private instance on 127.0.0.1
-        # that its shutdown() stops
-        ray_kwargs = {"address": cluster.ray_address} if cluster.backend == "ray" else {}
+        # the Ray backend joins `cluster.ray_address` (or RAY_ADDRESS), waiting up to cluster.worker_start_timeout_s
+        # for its nodes, else starts a private instance on 127.0.0.1 that its shutdown() stops
+        ray_kwargs = (
+            {"address": cluster.ray_address, "node_wait_s": cluster.worker_start_timeout_s}
+            if cluster.backend == "ray"
+            else {}
+        )
         self.backend = make_backend(
             cluster.backend,
             num_nodes=cluster.num_nodes,
@@ -64,7 +90,8 @@ class RunWorkers:
         )
         # a dead env or rollout Ray actor is replaced (the local backend runs every worker in this process)
         self.max_restarts = cluster.max_worker_restarts if cluster.backend == "ray" else 0
-        self.groups: list[WorkerGroup] = []
+        self.timeout_s = cluster.worker_timeout_s  # every call the driver waits on
+        self.start_timeout_s = cluster.worker_start_timeout_s  # a worker's start-up (model, simulators)
         env_pl = self.placement["env"]
         self.env_train: list[WorkerGroup] = []
         if need_train:
@@ -151,16 +178,6 @@ class RunWorkers:
                 "place the actor on fewer ranks"
             ) from None
 
-    @property
-    def weight_version(self) -> int | None:
-        """The weight version last synced to the rollout (None: never)."""
-        return None if self.weights is None else self.weights.version
-
-    def sync_weights(self, version: int) -> dict[str, int] | None:
-        """Actor -> rollout weight sync as version `version` (`WeightSyncCoordinator.sync`)."""
-        assert self.weights is not None
-        return self.weights.sync(version)
-
     def _after_restart(self, rank: int) -> None:
         self.write_pids()
 
@@ -184,21 +201,33 @@ class RunWorkers:
 
     def _group(self, cls: type, placements: Any, name: str, max_restarts: int, **kwargs: Any) -> WorkerGroup:
         group = WorkerGroup(
-            cls, placements, backend=self.backend, name=name, kwargs=kwargs, max_restarts=max_restarts
+            cls,
+            placements,
+            backend=self.backend,
+            name=name,
+            kwargs=kwargs,
+            max_restarts=max_restarts,
+            timeout_s=self.timeout_s,
+            start_timeout_s=self.start_timeout_s,
         )
         self.groups.append(group)
         return group
 
     def close(self) -> None:
-        """Close the simulators, stop every worker and the backend."""
-        for group in [*self.env_train, self.env_eval]:
+        """Close the simulators, stop every worker and the backend. A group with a worker that does not answer (a
+        call past its timeout, or its node lost) is stopped without closing: its simulators go with its processes."""
+        lost = self.backend.lost_node() if self.backend is not None else None
+        envs = [*getattr(self, "env_train", []), *([self.env_eval] if hasattr(self, "env_eval") else [])]
+        for group in envs:
+            if group.hung or (lost is not None and any(p.node_rank == lost[0] for p in group.placements)):
+                continue
             try:
                 group.close()
             except Exception as exc:  # keep shutting the rest down
                 warnings.warn(f"closing {group.name} failed: {exc}", stacklevel=2)
         for group in self.groups:
             group.shutdown()
-        channel_shutdown = getattr(self.trajectory_channel, "shutdown", None)
+        channel_shutdown = getattr(getattr(self, "trajectory_channel", None), "shutdown", None)
         if channel_shutdown is not None:  # the Ray channel's queue actor
             try:
                 channel_shutdown()
@@ -215,5 +244,15 @@ class RunWorkers:
     def __enter__(self) -> RunWorkers:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, WorkerTimeout):
+            self._name_unresponsive(exc)
         self.close()
+
+    def _name_unresponsive(self, exc: WorkerTimeout) -> None:
+        """A call timed out: probe every worker (Ray answers on a thread of its own even while a call runs), so the
+        line names a stopped process rather than the busy one that waited for it; those are stopped without
+        waiting."""
+        for group in self.groups:
+            for rank in group.unresponsive(timeout_s=5.0) or []:
+                exc.unresponsive.append((group.name, rank, group.handles[rank].where))

@@ -21,12 +21,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from train_embodied import seeds
 from train_embodied.checkpointing import choose_resume, load_run_checkpoint, save_run_checkpoint, should_save
-from train_embodied.config.build import TrainConfig
-from train_embodied.eval_run import eval_summary, eval_tables_text, run_eval
+from train_embodied.config.train_config import TrainConfig
+from train_embodied.evaluation import eval_summary, eval_tables_text, run_eval
 from train_embodied.metrics import (
     RunLogger,
     env_fault_metrics,
@@ -35,6 +34,7 @@ from train_embodied.metrics import (
     rollout_episode_metrics,
 )
 from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates
+from train_embodied.progress import progress_bar
 from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollouts
 from train_embodied.run_state import RunState
 from train_embodied.run_workers import RunWorkers
@@ -194,12 +194,12 @@ def _trainer(tc: TrainConfig, w: RunWorkers, logger: RunLogger, log_dir: Path, s
     if estimator.grouped_starts:  # one episode per env
         num_decisions = min(num_decisions, tc.env_train.max_episode_steps)
     w.actor_rows(rollout_rows(tc, estimator.grouped_starts))  # refuses a split that would cut a group
-    progress = tqdm(
+    progress = progress_bar(
+        runner.progress_bar,
         desc=f"RL ({algo.adv_type})",
         unit="iteration",
         initial=state.iteration,
         total=runner.num_iterations,
-        disable=not runner.progress_bar,
     )
     return Trainer(
         tc, w, logger, log_dir, estimator, loss, num_decisions, state.iteration,
@@ -210,8 +210,9 @@ def _trainer(tc: TrainConfig, w: RunWorkers, logger: RunLogger, log_dir: Path, s
 def _sync_weights(w: RunWorkers, state: RunState) -> None:
     """Give the rollout the actor's current weights under the next version number (every sync is a new
     version: an evaluation after an update must not run newer weights under an older number)."""
+    assert w.weights is not None  # a training run's actor -> rollout weight sync
     state.weight_version += 1
-    w.sync_weights(state.weight_version)
+    w.weights.sync(state.weight_version)
 
 
 def _rollouts(t: Trainer, i: int) -> RolloutBatch:
@@ -257,7 +258,7 @@ def _collect(t: Trainer, i: int, r: int) -> RolloutBatch:
         progress=runner.progress_bar,
         desc=f"rollout {i + 1}/{runner.num_iterations}"
         + (f" ({r + 1}/{algo.rollout_epoch})" if algo.rollout_epoch > 1 else ""),
-        weight_version=t.w.weight_version,
+        weight_version=t.w.weights.version if t.w.weights is not None else None,
         record_rows_from=r * t.tc.env_train.num_envs,
     )
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from train_embodied.config.build import TrainConfig
+from train_embodied.config.train_config import TrainConfig
 from train_embodied.policy_io import build_policy_for_run, model_config, select_proprio
+from train_embodied.progress import progress_bar
 
 
 def sft_output_dir(tc: TrainConfig) -> Path:
@@ -34,15 +35,17 @@ def make_demos(tc: TrainConfig, out: Path) -> Path:
     from vla_envs import demo_settings, generate_demos
 
     try:
-        settings = demo_settings(tc.env_train, episodes_per_task=tc.sft.num_demos, seed=tc.sft.demo_seed)
+        settings = demo_settings(
+            tc.env_train, episodes_per_task=tc.sft.num_demos, seed=tc.sft.demo_seed, **tc.sft.demo_options
+        )
     except ValueError as exc:
-        raise ValueError(f"vla-sft (env.train): {exc}") from None
+        raise ValueError(f"vla-sft (env.train, sft.demo_options): {exc}") from None
     demo_dir = out / "demos"
     stamp = demo_dir / "settings.json"
     if stamp.exists() and json.loads(stamp.read_text()) == settings:
         print(f"[sft] reusing demos in {demo_dir}")
         return demo_dir
-    generate_demos(demo_dir, settings, num_workers=2, progress=tc.runner.progress_bar)
+    generate_demos(demo_dir, settings, num_workers=2, progress=partial(progress_bar, tc.runner.progress_bar))
     stamp.write_text(json.dumps(settings))
     return demo_dir
 
@@ -119,11 +122,12 @@ def run_sft(tc: TrainConfig) -> Path:
     out = sft_output_dir(tc)
     out.mkdir(parents=True, exist_ok=True)
     demo_dir = make_demos(tc, out)
+    demo_seconds = round(time.time() - t_start, 1)
     data = load_demos(demo_dir, only_success=True)  # a failed expert episode is no example to imitate
     meta = data["meta"]
     print(
-        f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f}; "
-        f"training on the {len(data['actions'])} steps of the successful ones"
+        f"[sft] {meta['num_episodes']} demos, {meta['num_steps']} steps, expert success {meta['success_rate']:.2f} "
+        f"({demo_seconds}s); training on the {len(data['actions'])} steps of the successful ones"
     )
     if not len(data["actions"]):
         raise RuntimeError(f"vla-sft: no demo in {demo_dir} succeeded; nothing to imitate")
@@ -161,7 +165,7 @@ def run_sft(tc: TrainConfig) -> Path:
     texts = data["task_descriptions"]
     n = len(images)
     losses = []
-    bar = tqdm(range(tc.sft.steps), desc="sft", disable=not tc.runner.progress_bar, unit="step")
+    bar = progress_bar(tc.runner.progress_bar, iterable=range(tc.sft.steps), desc="sft", unit="step")
     for _ in bar:
         idx = task_balanced_indices(step_task, min(tc.sft.batch_size, n), g)
         obs = {
@@ -185,6 +189,7 @@ def run_sft(tc: TrainConfig) -> Path:
         "num_tasks": len(task_names),
         "sft_steps": tc.sft.steps,
         "final_loss": float(np.mean(losses[-20:])) if losses else None,
+        "demo_seconds": demo_seconds,
         "wall_seconds": round(time.time() - t_start, 1),
     }
     (out / "sft_summary.json").write_text(json.dumps(info, indent=2))

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from train_embodied import seeds
-from train_embodied.config.build import TrainConfig
+from train_embodied.config.train_config import TrainConfig
 from train_embodied.seeds import stream_seed
 from vla_envs import reset_state_ids
 

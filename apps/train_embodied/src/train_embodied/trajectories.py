@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from train_embodied.batches import Prediction
-from train_embodied.rollout import RolloutBatch
+from train_embodied.rollout import RolloutBatch, pad_time
 from vla_models import concat_forward_inputs, pad_prompts
 
 
@@ -136,12 +136,6 @@ class TrajectoryRecorder:
         return out
 
 
-def _pad_time(x: torch.Tensor, t: int) -> torch.Tensor:
-    if x.shape[0] == t:
-        return x
-    return torch.cat([x, torch.zeros((t - x.shape[0], *x.shape[1:]), dtype=x.dtype)], dim=0)
-
-
 def assemble_rollout(shard: RolloutShard, pieces: list[TrajectoryPiece]) -> RolloutBatch:
     """This rank's rows as a time-major `RolloutBatch`: the env side of `shard` and the model side of `pieces`
     (a rollout shorter than T, grouped starts that all ended early, is padded with masked-out zeros as
@@ -159,16 +153,16 @@ def assemble_rollout(shard: RolloutShard, pieces: list[TrajectoryPiece]) -> Roll
         )
     order = torch.as_tensor(np.argsort(rows, kind="stable"))
     fi = concat_forward_inputs(
-        [{k: _pad_time(v, t) for k, v in p.forward_inputs.items()} for p in pieces], dim=1
+        [{k: pad_time(v, t) for k, v in p.forward_inputs.items()} for p in pieces], dim=1
     )
-    values = None if pieces[0].values is None else torch.cat([_pad_time(p.values, t) for p in pieces], dim=1)
+    values = None if pieces[0].values is None else torch.cat([pad_time(p.values, t) for p in pieces], dim=1)
 
     def time_first(x: torch.Tensor) -> torch.Tensor:
         return x.transpose(0, 1).contiguous()
 
     return RolloutBatch(
         forward_inputs={k: v.index_select(1, order) for k, v in fi.items()},
-        logprobs=torch.cat([_pad_time(p.logprobs, t) for p in pieces], dim=1).index_select(1, order),
+        logprobs=torch.cat([pad_time(p.logprobs, t) for p in pieces], dim=1).index_select(1, order),
         values=None if values is None else values.index_select(1, order),
         rewards=time_first(shard.rewards),
         terminated=time_first(shard.terminated),
@@ -178,26 +172,3 @@ def assemble_rollout(shard: RolloutShard, pieces: list[TrajectoryPiece]) -> Roll
         last_values=shard.last_values,
         task_ids=shard.task_ids,
     )
-
-
-def combine_rank_stats(parts: list[tuple[dict[str, float], dict[str, float]]]) -> dict[str, float]:
-    """The rollout statistics of the whole rollout from each rank's (stats, weights): `*_max` / `*_min` the
-    max / min, `*num_samples` the sum, the rest weighted means (each key's weight: the entries it averages)."""
-    if len(parts) == 1:
-        return dict(parts[0][0])
-    out: dict[str, float] = {}
-    for key in parts[0][0]:
-        if key.endswith("num_samples"):
-            out[key] = float(sum(p[0][key] for p in parts))
-            continue
-        # a rank without entries for a statistic (e.g. no decision in the loss) has nothing to add to it
-        kept = [(p[0][key], p[1].get(key, 1.0)) for p in parts if p[1].get(key, 1.0) > 0]
-        if not kept:
-            out[key] = parts[0][0][key]
-        elif key.endswith("_max"):
-            out[key] = max(v for v, _ in kept)
-        elif key.endswith("_min"):
-            out[key] = min(v for v, _ in kept)
-        else:
-            out[key] = float(sum(v * w for v, w in kept) / sum(w for _, w in kept))
-    return out

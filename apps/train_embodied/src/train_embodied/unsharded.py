@@ -43,15 +43,15 @@ def one_process_errors(section: FSDPSection, precision: str) -> list[str]:
     if section.cpu_offload:
         errors.append(
             "actor.fsdp_config.cpu_offload=True is not supported with one actor process (FSDP2's CPU offload "
-            "needs a sharded actor): set it false and use actor.enable_offload=True to keep the weights and "
-            "optimizer state in host memory between phases, or place the actor on several processes"
+            "needs a sharded actor): set `actor.fsdp_config.cpu_offload=false actor.enable_offload=true` to keep "
+            "the weights and optimizer state in host memory between phases, or place the actor on several processes"
         )
     param_dtype = section.mixed_precision.get("param_dtype")
     if param_dtype in _WIDTH and precision in _WIDTH and _WIDTH[param_dtype] > _WIDTH[precision]:
         errors.append(
             f"actor.fsdp_config.mixed_precision.param_dtype={param_dtype!r} is wider than actor.model.precision="
-            f"{precision!r}: one actor process computes under autocast, which only narrows; set param_dtype to "
-            f"{precision!r} or actor.model.precision={param_dtype!r}"
+            f"{precision!r}: one actor process computes under autocast, which only narrows: set "
+            f"`actor.fsdp_config.mixed_precision.param_dtype={precision}` or `actor.model.precision={param_dtype}`"
         )
     return errors
 

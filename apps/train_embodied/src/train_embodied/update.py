@@ -1,86 +1,40 @@
 """The actor update: `update_epoch` passes of shuffled minibatches, each split into micro-batches.
 
 The loss is the `algorithm.loss_type` objective registered in vla_algos (e.g. `actor_critic`:
-policy_loss - entropy_bonus * entropy [+ kl_beta * KL(policy || reference)] + value_loss_coef * value_loss); this
-module shuffles the rollout into minibatches, steps the optimizer once per minibatch and averages the metrics;
-`train_embodied.minibatch_loss` accumulates each minibatch's gradients over its micro-batches and ranks.
+policy_loss - entropy_bonus * entropy [+ kl_beta * KL(policy || reference)] + value_loss_coef * value_loss), called
+with the micro-batch's `vla_algos.LossInputs`, the `algorithm` section's settings handed over by name
+(`vla_algos.LossSettings.from_config`) and the minibatch's weight sums. The loop reads as CleanRL's: shuffle the
+rollout into minibatches, accumulate each minibatch's gradient over its micro-batches (and data-parallel ranks) in
+verl's form, each micro-batch's loss `sum(w * loss) / W` with `W` the minibatch's weight sums
+(`vla_algos.minibatch_weight_sums`, computed once per minibatch from the whole rollout's loss weights), step the
+optimizer once per minibatch and average the metrics.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, OptimSection
-from train_embodied.minibatch_loss import minibatch_gradients
+from train_embodied.data_parallel import SampleLayout, micro_batches
+from train_embodied.loss_inputs import micro_batch_inputs
 from train_embodied.numerics import finite_optimizer_step
-from train_embodied.sharding import SampleLayout, minibatch_share, num_micro_batches
+from vla_algos import LossSettings, get_policy_loss, minibatch_weight_sums
 from vla_infra import all_reduce_sums, clip_grad_norm
 from vla_models import Policy
-
-
-@dataclass(frozen=True)
-class UpdateSettings:
-    """Hyper-parameters of `ppo_update` (from the `algorithm` and `actor` sections)."""
-
-    update_epoch: int
-    global_batch_size: int
-    micro_batch_size: int
-    clip_ratio_low: float
-    clip_ratio_high: float
-    clip_ratio_c: float | None
-    value_clip: float | None
-    huber_delta: float | None
-    value_loss_coef: float
-    entropy_bonus: float
-    logprob_type: str
-    loss_type: str
-    clip_grad: float
-    lr_warmup_steps: int = 0
-    target_kl: float | None = None
-    kl_beta: float = 0.0
-    kl_penalty: str = "k3"
-    clip_log_ratio_min: float | None = None
-    clip_log_ratio_max: float | None = None
-    entropy_type: str = "token_level"
-
-    @classmethod
-    def from_sections(
-        cls, algo: AlgorithmSection, optim: OptimSection, micro_batch_size: int, global_batch_size: int
-    ) -> UpdateSettings:
-        return cls(
-            update_epoch=algo.update_epoch,
-            global_batch_size=global_batch_size,
-            micro_batch_size=micro_batch_size,
-            clip_ratio_low=algo.clip_ratio_low,
-            clip_ratio_high=algo.clip_ratio_high,
-            clip_ratio_c=algo.clip_ratio_c,
-            value_clip=algo.value_clip,
-            huber_delta=algo.huber_delta,
-            value_loss_coef=algo.value_loss_coef,
-            entropy_bonus=algo.entropy_bonus,
-            logprob_type=algo.logprob_type,
-            loss_type=algo.loss_type,
-            clip_grad=optim.clip_grad,
-            lr_warmup_steps=optim.lr_warmup_steps,
-            target_kl=algo.target_kl,
-            kl_beta=algo.kl_beta,
-            kl_penalty=algo.kl_penalty,
-            clip_log_ratio_min=algo.clip_log_ratio_min,
-            clip_log_ratio_max=algo.clip_log_ratio_max,
-            entropy_type=algo.entropy_type,
-        )
 
 
 def ppo_update(
     policy: Policy,
     optimizer: torch.optim.Optimizer,
     batch: SampleBatch,
-    s: UpdateSettings,
+    algo: AlgorithmSection,
+    optim: OptimSection,
     *,
+    micro_batch_size: int,
+    global_batch_size: int,
     generator: torch.Generator,
     start_step: int = 0,
     train_policy: bool = True,
@@ -98,7 +52,10 @@ def ppo_update(
         batch: N samples (`SampleBatch`; with `sample_weight` (`loss_agg_mode=seq-mean-token-mean`) the policy
             loss of a minibatch is its `sample_weight`-weighted mean, whatever the micro-batch / rank split). CPU
             tensors; each micro-batch goes to the policy's device.
-        s: Settings.
+        algo, optim: The `algorithm` and `actor.optim` sections (`update_epoch`, `target_kl`, `kl_beta`, the loss
+            and its settings; `clip_grad`, `lr_warmup_steps`).
+        micro_batch_size, global_batch_size: `actor.micro_batch_size` (samples per backward pass) and
+            `actor.global_batch_size` (samples per optimizer step).
         generator: Shuffling generator.
         start_step: Policy-training optimizer steps taken before this call (the linear learning-rate warmup
             counts those alone: critic warm-up steps run at the full lr and leave the warmup for the policy).
@@ -107,63 +64,76 @@ def ppo_update(
             `actor.model.extra.detach_critic_input=false` (shared backbone) the value loss still moves the
             backbone, and with it the policy; `detach_critic_input=true` keeps the policy frozen.
         rank, world_size: This process in a sharded (FSDP2) actor group.
-        layout: With several ranks, where the whole rollout's samples live (`train_embodied.sharding.SampleLayout`):
+        layout: With several ranks, where the whole rollout's samples live (`data_parallel.SampleLayout`):
             `batch` is then this rank's share. Every rank passes the same `generator` state and draws the same
             minibatches of the whole rollout; rank r trains on the samples of each minibatch it holds, and the
             metrics are summed over the ranks, so every rank returns the metrics of whole minibatches (as one
             process would) and takes the same early-stop decision. None: `batch` is the whole rollout.
-        reference: The frozen reference policy of the KL penalty (`s.kl_beta > 0`): the rollout's log-probs under
-            it are computed once, before the first pass (`reference_logprobs`), and `kl_beta` x the `s.kl_penalty`
-            estimate of KL(policy || reference) is added to the loss (metric `train/actor/kl_loss`). Required
-            when `s.kl_beta > 0`, ignored otherwise.
+        reference: The frozen reference policy of the KL penalty (`algo.kl_beta > 0`): the rollout's log-probs
+            under it are computed once, before the first pass (`reference_logprobs`), and `kl_beta` x the
+            `algo.kl_penalty` estimate of KL(policy || reference) is added to the loss (metric
+            `train/actor/kl_loss`). Required when `algo.kl_beta > 0`, ignored otherwise.
         lr_scale: This iteration's learning-rate decay factor (`lr_decay_scale`); the warmup scales on top of it.
 
-    Early stop: with `s.target_kl` set, the passes over this rollout end after the first minibatch whose
+    Early stop: with `algo.target_kl` set, the passes over this rollout end after the first minibatch whose
     approx-KL to the rollout policy exceeds it (metric `train/actor/early_stopped`).
 
     Returns:
         (mean metrics over minibatches, number of optimizer steps).
     """
-    if s.kl_beta > 0 and reference is None:
-        raise ValueError(f"ppo_update: kl_beta={s.kl_beta} needs the reference policy (`reference`)")
+    if algo.kl_beta > 0 and reference is None:
+        raise ValueError(f"ppo_update: kl_beta={algo.kl_beta} needs the reference policy (`reference`)")
+    loss_fn, settings = get_policy_loss(algo.loss_type), LossSettings.from_config(algo)
     whole = layout if layout is not None else batch  # the whole rollout's masks and loss weights
     idx_all = torch.nonzero(whole.mask, as_tuple=False).squeeze(-1)
     n = len(idx_all)
     if n == 0:
         return {"train/actor/num_samples": 0.0}, 0
     ref_logprobs = None
-    if s.kl_beta > 0:
+    if algo.kl_beta > 0:
         ref_logprobs = reference_logprobs(
-            reference, batch, idx_all, s.micro_batch_size, layout=layout, rank=rank
+            reference, batch, idx_all, micro_batch_size, layout=layout, rank=rank
         )
+    params = [p for g in optimizer.param_groups for p in g["params"]]
     sums: dict[str, float] = {}
     count = 0
     steps = 0
     first_kl = 0.0
     stopped = False
-    for _ in range(s.update_epoch):
+    for _ in range(algo.update_epoch):
         if stopped:
             break
         perm = idx_all[torch.randperm(n, generator=generator)]
-        for start in range(0, n, s.global_batch_size):
-            mb = perm[start : start + s.global_batch_size]
+        for start in range(0, n, global_batch_size):
+            mb = perm[start : start + global_batch_size]
             optimizer.zero_grad(set_to_none=True)
-            set_warmup_lr(optimizer, start_step + steps, s.lr_warmup_steps if train_policy else 0, lr_scale)
-            acc = minibatch_gradients(
-                policy,
-                batch,
-                mb,
-                s,
-                whole=whole,
-                train_policy=train_policy,
-                rank=rank,
-                world_size=world_size,
-                layout=layout,
-                ref_logprobs=ref_logprobs,
+            set_warmup_lr(
+                optimizer, start_step + steps, optim.lr_warmup_steps if train_policy else 0, lr_scale
             )
-            acc = all_reduce_sums(acc)
-            params = [p for g in optimizer.param_groups for p in g["params"]]
-            grad_norm = clip_grad_norm(params, s.clip_grad if s.clip_grad > 0 else float("inf"))
+            weight_sums = minibatch_weight_sums(  # of the whole minibatch: every rank holds its loss weights
+                settings,
+                (len(mb), *batch.old_logprobs.shape[1:]),
+                sample_weight=None if whole.sample_weight is None else whole.sample_weight[mb],
+                action_mask=None if whole.action_mask is None else whole.action_mask[mb],
+            )
+            acc: dict[str, float] = {}  # this rank's part of the minibatch's metrics
+            for micro in micro_batches(mb, layout, rank, micro_batch_size):
+                padding = len(micro) == 0  # FSDP: every rank runs as many passes; this one counts for nothing
+                inputs = micro_batch_inputs(
+                    policy,
+                    batch,
+                    torch.zeros(1, dtype=torch.long) if padding else micro,
+                    critic=loss_fn.uses_critic,
+                    train_policy=train_policy,
+                    ref_logprobs=ref_logprobs,
+                )
+                loss, terms = loss_fn(inputs, settings, weight_sums)
+                # FSDP averages the gradients over the ranks: x world_size makes them the sum of the ranks' parts
+                (loss * (0.0 if padding else float(world_size))).backward()
+                for k, v in _train_metrics(loss, terms).items():  # every rank reports the same keys
+                    acc[k] = acc.get(k, 0.0) + (0.0 if padding else float(v))
+            acc = all_reduce_sums(acc)  # the whole minibatch's metrics
+            grad_norm = clip_grad_norm(params, optim.clip_grad if optim.clip_grad > 0 else float("inf"))
             finite_optimizer_step(optimizer, grad_norm, acc)  # NaN/inf: no step, counted
             steps += 1
             acc["train/actor/grad_norm"] = float(grad_norm)
@@ -173,9 +143,9 @@ def ppo_update(
                 sums[k] = sums.get(k, 0.0) + v
             count += 1
             if (
-                s.target_kl is not None
+                algo.target_kl is not None
                 and train_policy
-                and acc.get("train/actor/approx_kl", 0.0) > s.target_kl
+                and acc.get("train/actor/approx_kl", 0.0) > algo.target_kl
             ):
                 stopped = True
                 break
@@ -186,6 +156,15 @@ def ppo_update(
     out["train/actor/first_minibatch_approx_kl"] = first_kl
     out["train/actor/num_samples"] = float(n)
     return out, steps
+
+
+def _train_metrics(loss: torch.Tensor, terms: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A micro-batch's loss and the loss's terms as `train/*` metrics. The runner logs the critic's explained
+    variance over the whole rollout instead (a micro-batch's can be NaN)."""
+    metrics = {f"train/{k}": v for k, v in terms.items() if k != "critic/explained_variance"}
+    metrics["train/entropy_loss"] = terms["actor/entropy_loss"]
+    metrics["train/loss"] = loss.detach()
+    return metrics
 
 
 def reference_logprobs(
@@ -206,11 +185,9 @@ def reference_logprobs(
         layout, rank: As `ppo_update`'s: every rank runs as many passes as the rank with the most samples (a
             sharded reference's gathers must match), padding with a pass whose result is dropped.
     """
-    mine = minibatch_share(samples, layout, rank)
     out = torch.zeros_like(batch.old_logprobs, dtype=torch.float32)
     with torch.no_grad():
-        for i in range(num_micro_batches(samples, layout, micro_batch_size)):
-            rows = mine[i * micro_batch_size : (i + 1) * micro_batch_size]
+        for rows in micro_batches(samples, layout, rank, micro_batch_size):
             idx = rows if len(rows) else torch.zeros(1, dtype=torch.long)
             logprobs = reference.evaluate(
                 {k: v[idx] for k, v in batch.forward_inputs.items()}, compute_values=False

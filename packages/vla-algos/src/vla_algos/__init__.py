@@ -1,7 +1,16 @@
 """Pure RL algorithm functions for VLA fine-tuning: GAE, GRPO groups, PPO losses, KL, metrics, and the
 registries a trainer looks ``adv_type`` / ``loss_type`` / ``loss_agg_mode`` up in.
 
-Plain tensors in and out, keyword-only hyper-parameters, time-major ``[T, B]`` unless stated.
+Plain tensors in and out, keyword-only hyper-parameters, time-major ``[T, B]`` unless stated. A registered loss
+takes ``(LossInputs, LossSettings, WeightSums)``: the tensors of one call, the settings under their config names,
+the minibatch's weight sums::
+
+    from vla_algos import LossInputs, LossSettings, get_policy_loss
+
+    loss, metrics = get_policy_loss("actor_critic")(
+        LossInputs(logprobs=logp, old_logprobs=old_logp, advantages=adv, values=v, old_values=old_v, returns=ret),
+        LossSettings(clip_ratio_low=0.2, clip_ratio_high=0.2, value_loss_coef=0.5),
+    )
 """
 
 from vla_algos.aggregation import (
@@ -38,6 +47,8 @@ from vla_algos.grpo import (
     labelled_reward_filter,
 )
 from vla_algos.kl import KL_KINDS, kl_penalty
+from vla_algos.loss_inputs import LossInputs, WeightSums, minibatch_weight_sums
+from vla_algos.loss_settings import LossSettings
 from vla_algos.masked import masked_group_whiten, masked_mean, masked_sum, masked_var, masked_whiten
 from vla_algos.objectives import actor_critic_loss, actor_loss
 from vla_algos.policy_loss import entropy_loss, ppo_actor_loss
@@ -55,7 +66,7 @@ from vla_algos.registry import (
     register_policy_loss,
 )
 from vla_algos.rollout_advantages import GROUP_MODES, RolloutAdvantages, rollout_advantages
-from vla_algos.value_loss import explained_variance, value_loss
+from vla_algos.value_loss import VALUE_CLIP_MODES, explained_variance, value_loss
 
 __version__ = "0.1.0"
 
@@ -67,10 +78,14 @@ __all__ = [
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
     "REWARD_LEVELS",
+    "VALUE_CLIP_MODES",
     "AdvantageEstimator",
     "EstimatedAdvantages",
+    "LossInputs",
+    "LossSettings",
     "PolicyLoss",
     "RolloutAdvantages",
+    "WeightSums",
     "__version__",
     "actor_critic_loss",
     "actor_loss",
@@ -103,6 +118,7 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "minibatch_weight_sums",
     "normalize_advantages",
     "ppo_actor_loss",
     "reduce_logprobs",

@@ -75,10 +75,15 @@ def chunked_gae(
     the chunk's own value (the critic sees one observation per decision).
 
     Args:
-        rewards, terminated, truncated: ``[T, B, C]``; values ``[T, B]``; last_values ``[B]``;
-            final_values ``[T, B]`` (see the module docstring).
+        rewards: ``[T, B, C]`` (see the module docstring, as for the arguments below).
+        terminated: ``[T, B, C]``.
+        truncated: ``[T, B, C]``.
+        values: ``[T, B]``.
+        last_values: ``[B]``.
+        final_values: ``[T, B]``.
         level: ``chunk_level`` or ``action_level``.
-        gamma, lam: GAE discount and trace decay.
+        gamma: GAE discount.
+        lam: GAE trace decay.
 
     Returns:
         ``(advantages, returns)``: ``[T, B]`` and ``[T, B]`` (chunk level) or ``[T, B, C]`` and ``[T, B]``

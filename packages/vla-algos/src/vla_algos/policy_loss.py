@@ -39,8 +39,9 @@ def ppo_actor_loss(
         clip_ratio_low: ``eps_low`` in [0, 1): ratio floor ``1 - eps_low``.
         clip_ratio_high: ``eps_high`` >= 0: ratio ceiling ``1 + eps_high`` (clip-higher: 0.28 vs 0.2).
         dual_clip: ``c > 1`` or None.
-        clip_log_ratio_min, clip_log_ratio_max: bounds of ``logprobs - old_logprobs`` before the exponential (None:
-            unbounded): a far-off log-prob cannot overflow the ratio; outside the bounds the entry gets no gradient.
+        clip_log_ratio_min: lower bound of ``logprobs - old_logprobs`` before the exponential (None: unbounded): a
+            far-off log-prob cannot overflow the ratio; outside the bounds the entry gets no gradient.
+        clip_log_ratio_max: upper bound of the same (None: unbounded).
         weight_sum: the normaliser of the loss and the metrics, ``sum(mask * x) / weight_sum``
             (:func:`vla_algos.agg_loss`): the :func:`vla_algos.total_weight` of the whole minibatch when these
             entries are one micro-batch of it. None: the masked mean over these entries.

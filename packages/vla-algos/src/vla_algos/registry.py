@@ -10,8 +10,9 @@ Each entry states what a trainer must provide, so the trainer asks the entry, ne
   ``group_normalized`` (already divided by their group's std: rollout-wide whitening is not applied to them
   again) and whether they rank ``episode_scores`` (each env's first-episode score: the sum of its rewards, or of
   ``gamma**t * reward`` with ``discount_scores``, which then needs ``gamma > 0``);
-- a policy loss (:mod:`vla_algos.objectives`) says whether it ``uses_critic`` (a value term: it needs the policy's
-  value head, the rollout's values and value targets);
+- a policy loss (:mod:`vla_algos.objectives`) is called ``fn(inputs, settings, weight_sums)``
+  (:class:`vla_algos.LossInputs`, :class:`vla_algos.LossSettings`, :class:`vla_algos.WeightSums`) and says whether
+  it ``uses_critic`` (a value term: it needs the policy's value head, the rollout's values and value targets);
 - a loss aggregation mode (:mod:`vla_algos.aggregation`) maps ``(loss_mask, done)`` to per-decision weights.
 
 Adding one is one call: ``register_advantage_estimator("rloo", fn, grouped_starts=True)``.
@@ -23,8 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from vla_algos.aggregation import episode_mean_weights, token_mean_weights
 from vla_algos.estimators import gae_estimator, grpo_estimator
+from vla_algos.loss_inputs import LossInputs, WeightSums
+from vla_algos.loss_settings import LossSettings
 from vla_algos.objectives import actor_critic_loss, actor_loss
 
 
@@ -45,14 +50,17 @@ class AdvantageEstimator:
 
 @dataclass(frozen=True)
 class PolicyLoss:
-    """A registered ``loss_type``: call it like its function (keywords of :func:`vla_algos.actor_loss`)."""
+    """A registered ``loss_type``: ``loss(inputs, settings, weight_sums=None) -> (loss, metrics)``, as its
+    function (:func:`vla_algos.actor_loss`)."""
 
     name: str
-    fn: Callable[..., Any]
+    fn: Callable[[LossInputs, LossSettings, WeightSums | None], tuple[torch.Tensor, dict[str, torch.Tensor]]]
     uses_critic: bool = False
 
-    def __call__(self, **kwargs: Any) -> Any:
-        return self.fn(**kwargs)
+    def __call__(
+        self, inputs: LossInputs, settings: LossSettings, weight_sums: WeightSums | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return self.fn(inputs, settings, weight_sums)
 
 
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
@@ -137,11 +145,18 @@ def register_advantage_estimator(
 def register_policy_loss(name: str, fn: Callable[..., Any], *, uses_critic: bool = False) -> None:
     """Add a policy objective under a new ``loss_type`` name (existing names cannot be replaced).
 
-    ``fn`` takes the keywords of :func:`vla_algos.actor_critic_loss` and returns ``(loss, metrics)``. A trainer
-    calls it once per micro-batch and adds the results up (gradients and metrics), so the loss and every metric
-    must be in :func:`vla_algos.agg_loss` form: ``sum(w * x) / weight_sum`` with the ``weight_sum`` /
-    ``entropy_weight_sum`` / ``value_weight_sum`` keywords it receives (the whole minibatch's weight sums). A
-    per-micro-batch mean instead would scale the gradient with the number of micro-batches.
+    ``fn(inputs, settings, weight_sums)`` takes a :class:`vla_algos.LossInputs`, a :class:`vla_algos.LossSettings`
+    and a :class:`vla_algos.WeightSums` or None, as :func:`vla_algos.actor_critic_loss`, and returns ``(loss,
+    metrics)``. A trainer calls it once per micro-batch and adds the results up (gradients and metrics), so the loss
+    and every metric must be in :func:`vla_algos.agg_loss` form: ``sum(w * x) / weight sum`` with the weight sums it
+    receives (the whole minibatch's). A per-micro-batch mean instead would scale the gradient with the number of
+    micro-batches. Composing a built-in one is the short way::
+
+        def reinforce(inputs, settings, weight_sums=None):  # no clipping: the plain policy gradient
+            unclipped = dataclasses.replace(settings, clip_ratio_low=1 - 1e-6, clip_ratio_high=1e6)
+            return actor_loss(inputs, unclipped, weight_sums)
+
+        register_policy_loss("reinforce", reinforce)
     """
     _check_new(POLICY_LOSSES, "loss_type", name)
     POLICY_LOSSES[name] = PolicyLoss(name, fn, uses_critic)

@@ -9,6 +9,11 @@ from vla_algos._checks import check_finite_where, check_float, check_same_shape,
 from vla_algos.aggregation import agg_loss
 from vla_algos.masked import masked_mean
 
+#: How ``value_clip`` enters the critic loss: ``pessimistic`` (the larger of the clipped and unclipped errors: PPO2,
+#: verl, CleanRL, the reference framework) or ``clipped`` (the clipped prediction's error alone: Stable-Baselines3's
+#: ``clip_range_vf``).
+VALUE_CLIP_MODES = ("pessimistic", "clipped")
+
 
 def _elementwise(err: torch.Tensor, huber_delta: float | None) -> torch.Tensor:
     if huber_delta is None:
@@ -23,6 +28,7 @@ def value_loss(
     mask: torch.Tensor | None = None,
     *,
     value_clip: float | None = None,
+    value_clip_mode: str = "pessimistic",
     huber_delta: float | None = None,
     weight_sum: torch.Tensor | float | None = None,
     check_finite: bool = False,
@@ -32,7 +38,10 @@ def value_loss(
     Per entry ``f(returns - values)`` with ``f(e) = e**2 / 2`` (or the Huber loss with ``huber_delta``,
     which equals ``e**2 / 2`` for ``|e| <= delta``). With ``value_clip = eps`` the prediction is also clipped
     to ``old_values +- eps`` and the larger of the two losses is taken:
-    ``max(f(returns - values), f(returns - clip(values, old - eps, old + eps)))``.
+    ``max(f(returns - values), f(returns - clip(values, old - eps, old + eps)))``; with
+    ``value_clip_mode="clipped"`` the clipped prediction's loss alone, ``f(returns - clip(values, old - eps, old +
+    eps))`` (Stable-Baselines3's ``clip_range_vf``: a prediction outside the band gets no gradient, whichever side
+    the return is on).
 
     Args:
         values: ``[*S]`` predictions of the critic being trained (with grad).
@@ -40,6 +49,7 @@ def value_loss(
         returns: ``[*S]`` targets (e.g. GAE returns).
         mask: ``[*S]`` or a leading part of it; None = all entries.
         value_clip: ``eps > 0`` or None (no clipping).
+        value_clip_mode: ``pessimistic`` or ``clipped`` (:data:`VALUE_CLIP_MODES`); unused without ``value_clip``.
         huber_delta: ``delta > 0`` or None (squared error).
         weight_sum: normaliser of the loss and the metrics, ``sum(mask * x) / weight_sum``
             (:func:`vla_algos.agg_loss`), e.g. the minibatch's entries when these are one micro-batch of it.
@@ -48,8 +58,9 @@ def value_loss(
 
     Returns:
         ``(loss, metrics)``: 0-d loss with grad; ``metrics`` of 0-d detached tensors:
-        ``value_clip_ratio`` (share of entries where the clipped loss is the larger, active one; 0 without
-        clipping) and ``value_loss`` (the loss value).
+        ``value_clip_ratio`` (share of entries whose loss the clip decides: the clipped loss is the larger one,
+        ``pessimistic``, or the prediction lies outside the band, ``clipped``; 0 without clipping) and
+        ``value_loss`` (the loss value).
     """
     fn = "value_loss"
     for name, x in (("values", values), ("old_values", old_values), ("returns", returns)):
@@ -59,6 +70,10 @@ def value_loss(
         mask = expand_leading(fn, "mask", mask, values, "values")
     if value_clip is not None and not value_clip > 0:
         raise ValueError(f"{fn}: `value_clip` must be > 0 or None, got {value_clip!r}")
+    if value_clip_mode not in VALUE_CLIP_MODES:
+        raise ValueError(
+            f"{fn}: `value_clip_mode` {value_clip_mode!r} is not one of: {', '.join(VALUE_CLIP_MODES)}"
+        )
     if huber_delta is not None and not huber_delta > 0:
         raise ValueError(f"{fn}: `huber_delta` must be > 0 or None, got {huber_delta!r}")
     if check_finite:
@@ -71,8 +86,12 @@ def value_loss(
     else:
         values_clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
         loss_clipped = _elementwise(returns - values_clipped, huber_delta)
-        per_entry = torch.maximum(loss_unclipped, loss_clipped)
-        clip_active = loss_clipped > loss_unclipped
+        if value_clip_mode == "clipped":
+            per_entry = loss_clipped
+            clip_active = (values - old_values).abs() > value_clip
+        else:
+            per_entry = torch.maximum(loss_unclipped, loss_clipped)
+            clip_active = loss_clipped > loss_unclipped
     loss = agg_loss(per_entry, mask, weight_sum=weight_sum)
     metrics = {
         "value_clip_ratio": agg_loss(clip_active.to(values.dtype), mask, weight_sum=weight_sum).detach(),

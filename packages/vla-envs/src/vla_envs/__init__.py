@@ -10,12 +10,13 @@ from vla_envs.base import (
     BatchedEnv,
     StepResult,
     check_actions,
+    concat_obs,
     empty_episode_metrics,
     merge_obs_rows,
     select_obs_rows,
     stack_obs,
 )
-from vla_envs.checks import check_env_config, check_env_offload
+from vla_envs.checks import check_env_config, check_env_offload, check_env_setup
 from vla_envs.config import EnvConfig, VideoConfig
 from vla_envs.demos import demo_env_types, demo_settings, generate_demos, load_demos
 from vla_envs.evaluation import TaskGrouping, evaluation_table, format_evaluation_tables, task_grouping
@@ -32,6 +33,12 @@ from vla_envs.registry import (
     unregister_adapter,
 )
 from vla_envs.reset_ids import reset_state_ids, split_reset_state_ids
+from vla_envs.setup_errors import (
+    DisplayUnavailable,
+    SimulatorAssetsMissing,
+    SimulatorNotInstalled,
+    SimulatorSetupError,
+)
 from vla_envs.workers import SimulatorUnavailable
 
 __version__ = "0.1.0"
@@ -41,9 +48,13 @@ configure_mujoco_gl()
 __all__ = [
     "EPISODE_METRIC_KEYS",
     "BatchedEnv",
+    "DisplayUnavailable",
     "EnvAdapter",
     "EnvConfig",
     "ScriptedDemos",
+    "SimulatorAssetsMissing",
+    "SimulatorNotInstalled",
+    "SimulatorSetupError",
     "SimulatorUnavailable",
     "StepResult",
     "TaskGrouping",
@@ -53,6 +64,8 @@ __all__ = [
     "check_actions",
     "check_env_config",
     "check_env_offload",
+    "check_env_setup",
+    "concat_obs",
     "configure_mujoco_gl",
     "demo_env_types",
     "demo_settings",

@@ -1,11 +1,12 @@
 """The LIBERO adapter record (`env_type="libero"`): the five standard suites and `libero_130`, results grouped
-by suite. Imports nothing of LIBERO (listing tasks and grouping import its task tables)."""
+by suite, scripted-expert demos of the drawer-closing tasks (`vla_envs.libero.demos`). Imports nothing of LIBERO
+(listing tasks and grouping import its task tables)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from vla_envs.registry import EnvAdapter, TaskGrouping, register_adapter
+from vla_envs.registry import EnvAdapter, ScriptedDemos, TaskGrouping, register_adapter
 
 #: How the reference LIBERO table titles each suite, in its column order.
 LIBERO_SUITE_LABELS: dict[str, str] = {
@@ -37,6 +38,12 @@ LIBERO = register_adapter(
         task_lister="vla_envs.libero:list_libero_tasks",
         check_config="vla_envs.libero.options:resolve_options",
         task_grouping=suite_grouping,
+        demos=ScriptedDemos(
+            generate="vla_envs.libero.demos:generate_libero_demos",
+            settings="vla_envs.libero.demos:libero_demo_settings",
+            from_cli="vla_envs.libero.demos:demo_settings_from_cli",
+        ),
         offload=True,
+        check_setup="vla_envs.libero.env:check_setup",
     )
 )

@@ -53,5 +53,6 @@ MANISKILL = register_adapter(
             from_cli=demo_settings_from_cli,
         ),
         offload="vla_envs.maniskill.options:check_offload",
+        check_setup="vla_envs.maniskill.runtime:check_setup",
     )
 )

@@ -78,10 +78,11 @@ METAWORLD = register_adapter(
         check_config="vla_envs.metaworld.env:metaworld_spec",
         task_grouping=difficulty_grouping,
         demos=ScriptedDemos(
-            generate="vla_envs.demos:generate_metaworld_demos",
+            generate="vla_envs.metaworld.demos:generate_metaworld_demos",
             settings=demo_settings,
             from_cli=demo_settings_from_cli,
         ),
         offload=True,
+        check_setup="vla_envs.metaworld.env:check_setup",
     )
 )

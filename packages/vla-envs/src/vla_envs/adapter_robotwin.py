@@ -16,5 +16,6 @@ ROBOTWIN = register_adapter(
             settings="vla_envs.robotwin.demos:robotwin_demo_settings",
         ),
         offload=True,
+        check_setup="vla_envs.robotwin.runtime:check_setup",
     )
 )

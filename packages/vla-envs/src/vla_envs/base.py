@@ -33,6 +33,7 @@ __all__ = [
     "Obs",
     "StepResult",
     "check_actions",
+    "concat_obs",
     "empty_episode_metrics",
     "merge_obs_rows",
     "select_obs_rows",
@@ -219,6 +220,20 @@ def stack_obs(rows: Sequence[Obs]) -> Obs:
         "states": np.stack([r["states"] for r in rows]).astype(np.float32, copy=False),
         "task_descriptions": [str(r["task_descriptions"]) for r in rows],
     }
+
+
+def concat_obs(parts: Sequence[Obs]) -> Obs:
+    """Batched observation dicts joined along the batch axis, in order (arrays concatenated, lists joined, None
+    kept: e.g. `wrist_images` without a wrist camera)."""
+    out: Obs = {}
+    for key, first in parts[0].items():
+        if first is None:
+            out[key] = None
+        elif isinstance(first, list):
+            out[key] = [x for p in parts for x in p[key]]
+        else:
+            out[key] = np.concatenate([np.asarray(p[key]) for p in parts])
+    return out
 
 
 def select_obs_rows(obs: Obs, rows: np.ndarray | Sequence[int]) -> Obs:

@@ -1,5 +1,6 @@
 """`check_env_config`: every adapter-specific setting of an `EnvConfig` checked without building (or importing)
-a simulator, so that a trainer can refuse a bad setting before it starts anything; `check_env_offload`: whether
+a simulator, so that a trainer can refuse a bad setting before it starts anything; `check_env_setup`: whether this
+machine has what that env needs (packages, assets, runtimes, display libraries); `check_env_offload`: whether
 that env can stop and rebuild its simulators between phases (`offload()` / `onload()`)."""
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ def check_env_config(cfg: EnvConfig) -> None:
     its `env_type` (`EnvConfig` itself refuses an unregistered one); adapters registered without a checker
     (`EnvAdapter.check_config`) are checked when built."""
     get_adapter(cfg.env_type).check(cfg)
+
+
+def check_env_setup(cfg: EnvConfig) -> None:
+    """Raise a `SimulatorSetupError` (one line: what is missing and the command that fixes it) if this machine lacks
+    a package, asset, runtime or display library the env of `cfg` needs, found without starting a simulator (its
+    adapter's `EnvAdapter.check_setup`; a lack that shows only inside a simulator raises the same error when the
+    env is built)."""
+    get_adapter(cfg.env_type).check_machine(cfg)
 
 
 def check_env_offload(cfg: EnvConfig) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,10 +185,10 @@ class EnvConfig:
             _fail("envs_per_worker", self.envs_per_worker, "must be >= 0 (0 = in-process)")
         if self.start_method not in START_METHODS:
             _fail("start_method", self.start_method, f"one of {START_METHODS}")
-        if self.worker_timeout_s <= 0:
-            _fail("worker_timeout_s", self.worker_timeout_s, "must be > 0")
-        if self.worker_start_timeout_s <= 0:
-            _fail("worker_start_timeout_s", self.worker_start_timeout_s, "must be > 0")
+        if not (0 < self.worker_timeout_s < math.inf):  # NaN fails this too
+            _fail("worker_timeout_s", self.worker_timeout_s, "must be a finite number > 0")
+        if not (0 < self.worker_start_timeout_s < math.inf):  # NaN fails this too
+            _fail("worker_start_timeout_s", self.worker_start_timeout_s, "must be a finite number > 0")
         h, w = self.image_hw
         if h < 1 or w < 1:
             _fail("image_size", self.image_size, "positive int or (H, W)")
@@ -203,8 +204,8 @@ class EnvConfig:
             _fail("num_trials_per_task", self.num_trials_per_task, "must be >= 1")
         if self.action_out_of_range not in ACTION_OUT_OF_RANGE_MODES:
             _fail("action_out_of_range", self.action_out_of_range, f"one of {ACTION_OUT_OF_RANGE_MODES}")
-        if self.action_tolerance < 0:
-            _fail("action_tolerance", self.action_tolerance, "must be >= 0")
+        if not (0 <= self.action_tolerance < math.inf):
+            _fail("action_tolerance", self.action_tolerance, "must be a finite number >= 0")
 
     def replace(self, **changes: Any) -> EnvConfig:
         """A copy with some fields changed (validated)."""

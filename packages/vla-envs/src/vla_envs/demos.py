@@ -1,9 +1,11 @@
-"""Scripted-expert demonstrations for supervised warm starts: the on-disk format, `demo_settings` /
-`generate_demos` for any env type whose adapter record declares demos (`EnvAdapter.demos`), and MetaWorld's
-experts (`ENV_POLICY_MAP`).
+"""Scripted-expert demonstrations for supervised warm starts, whatever the simulator: the on-disk format
+(`write_demos`, `load_demos`), the recording of demo jobs (`stack_steps`, `run_demo_jobs`), and `demo_settings` /
+`generate_demos` for any env type whose adapter record declares its demo source (`EnvAdapter.demos`, a
+`ScriptedDemos`: each env type's experts live with its adapter, e.g. `vla_envs.metaworld.demos`).
 
-Demos go through the very same observation pipeline as the env adapter (`MetaWorldSim`: camera, size, 180°
-flip, fast rendering, action repeat), so a policy trained on them sees the inputs it will see in `make_env`.
+An adapter's demos go through the very same observation pipeline as its env (for MetaWorld `MetaWorldSim`: camera,
+size, 180° flip, fast rendering, action repeat), so a policy trained on them sees the inputs it will see in
+`make_env`.
 
 On-disk format (a directory):
     meta.json                 {"format": "vla-envs-demos", "version": 1, "env_type", "config": {...},
@@ -13,8 +15,8 @@ On-disk format (a directory):
     shard_00000.safetensors   step arrays, concatenated episode after episode:
         images uint8 [N, H, W, 3]        observation before the action (upright)
         wrist_images uint8 [N, K, H, W, 3]  only when a wrist camera was asked for
-        states float32 [N, 39]           observation before the action ([N, 7] with extra.states hand_goal)
-        actions float32 [N, 4]           expert action in [-1, 1], held for `action_repeat` sim steps
+        states float32 [N, D]            observation before the action (MetaWorld: D = 39, 7 with hand_goal)
+        actions float32 [N, A]           expert action (MetaWorld: in [-1, 1], held for `action_repeat` steps)
         rewards float32 [N]              reward in the configured reward mode
         successes uint8 [N]              1 where the task was solved after this action
         episode_index int64 [N]          global episode number (index into meta["episodes"])
@@ -37,6 +39,21 @@ import numpy as np
 
 from vla_envs.config import EnvConfig
 from vla_envs.registry import adapters, get_adapter, resolve_ref
+
+#: The `progress` argument of the demo generators: a tqdm bar (True), none (False), or a bar factory called with
+#: tqdm's keywords (`total`, `desc`, `unit`) that returns an object with `update(n)` and `close()` (an app's bar
+#: that writes plain lines to a log, for instance).
+Progress = bool | Callable[..., Any]
+
+
+def progress_bar(progress: Progress, **kwargs: Any) -> Any:
+    """The bar `progress` asks for, built with tqdm's keywords `kwargs`."""
+    if callable(progress):
+        return progress(**kwargs)
+    from tqdm import tqdm
+
+    return tqdm(disable=not progress, **kwargs)
+
 
 FORMAT = "vla-envs-demos"
 FORMAT_VERSION = 1
@@ -80,89 +97,53 @@ def stack_steps(steps: dict[str, list[Any]]) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _run_job(args: tuple[dict[str, Any], str, list[int]]) -> dict[str, Any]:
-    """Worker: roll out the expert of `task` for the given trials. Returns stacked step arrays + episode info."""
-    cfg_dict, task, trials = args
-    from vla_envs.gl import configure_mujoco_gl
-
-    configure_mujoco_gl()
-    os.environ.setdefault("LP_NUM_THREADS", "1")
-    import warnings
-
-    warnings.filterwarnings("ignore", message="Constant\\(s\\) may be too high")
-    from metaworld.policies import ENV_POLICY_MAP
-
-    from vla_envs.metaworld.sim import MetaWorldSim
-    from vla_envs.metaworld.tasks import TASK_DESCRIPTIONS
-
-    cfg = EnvConfig.from_dict(cfg_dict)
-    # one task, and trial ids far from the adapter's evaluation trials
-    cfg = cfg.replace(num_trials_per_task=DEMO_TRIAL_OFFSET * 10)
-    sim = MetaWorldSim(cfg, [task], goal_observable=True, cache_size=1)
-    policy = ENV_POLICY_MAP[task]()
-    steps: dict[str, list[Any]] = {k: [] for k in STEP_KEYS}
-    episodes = []
-    try:
-        for trial in trials:
-            obs = sim.reset(DEMO_TRIAL_OFFSET + trial)
-            success = False
-            length = 0
-            for t in range(cfg.max_episode_steps):
-                assert sim.raw_state is not None
-                action = np.clip(policy.get_action(sim.raw_state), -1.0, 1.0).astype(np.float32)
-                next_obs, reward, succ, _ = sim.step(action)
-                steps["images"].append(obs["images"])
-                steps["wrist_images"].append(obs["wrist_images"])
-                steps["states"].append(obs["states"])
-                steps["actions"].append(action)
-                steps["rewards"].append(np.float32(reward))
-                steps["successes"].append(np.uint8(succ))
-                steps["episode_index"].append(len(episodes))  # local; made global by the writer
-                steps["step_index"].append(t)
-                obs = next_obs
-                length += 1
-                if succ:
-                    success = True
-                    break
-            episodes.append(
-                {
-                    "task": task,
-                    "instruction": TASK_DESCRIPTIONS[task],
-                    "trial": DEMO_TRIAL_OFFSET + trial,
-                    "length": length,
-                    "success": success,
-                }
-            )
-    finally:
-        sim.close()
-    return {"arrays": stack_steps(steps), "episodes": episodes}
-
-
 def demo_env_types() -> tuple[str, ...]:
     """Env types whose scripted-expert demos can be recorded as an `EnvConfig` says (`demo_settings`)."""
     return tuple(a.name for a in adapters() if a.demos is not None and a.demos.settings is not None)
 
 
-def demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> dict[str, Any]:
+def demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0, **options: Any) -> dict[str, Any]:
     """The settings of `generate_demos` that record demos as env `cfg` observes and acts (for MetaWorld: its tasks,
     image size, cameras, action repeat, episode length, reward mode and MetaWorld options), so a policy
     warm-started on them sees what the RL envs show it: `env_type` and the keywords of its adapter's
     `ScriptedDemos.generate` (`ScriptedDemos.settings`). JSON-friendly (a demo folder's stamp).
 
+    `options`: keywords of the env type's demo source beyond these (e.g. PutOnPlateInScene25's `perturb_xyz`);
+    one it does not take is refused.
+
     Raises:
-        ValueError: an env type without scripted experts (names the ones that have them), or unknown tasks.
+        ValueError: an env type without scripted experts (names the ones that have them), unknown tasks, or an
+            option the env type's demo source does not take.
     """
+    import inspect
+
     demos = get_adapter(cfg.env_type).demos
     if demos is None or demos.settings is None:
         raise ValueError(
             f"scripted-expert demos exist for env_type {list(demo_env_types())} only, got env_type={cfg.env_type!r}"
         )
-    settings = resolve_ref(demos.settings)(cfg, episodes_per_task=episodes_per_task, seed=seed)
+    make_settings = resolve_ref(demos.settings)
+    taken = [
+        p.name
+        for p in inspect.signature(make_settings).parameters.values()
+        if p.kind is p.KEYWORD_ONLY and p.name not in ("episodes_per_task", "seed")
+    ]
+    unknown = sorted(set(options) - set(taken))
+    if unknown:
+        raise ValueError(
+            f"demo option(s) {unknown} are not taken by env_type={cfg.env_type!r}'s scripted-expert demos; "
+            f"it takes {taken or 'none'}"
+        )
+    settings = make_settings(cfg, episodes_per_task=episodes_per_task, seed=seed, **options)
     return {"env_type": cfg.env_type, **settings}
 
 
 def generate_demos(
-    out_dir: str | os.PathLike[str], settings: dict[str, Any], *, num_workers: int = 2, progress: bool = True
+    out_dir: str | os.PathLike[str],
+    settings: dict[str, Any],
+    *,
+    num_workers: int = 2,
+    progress: Progress = True,
 ) -> dict[str, Any]:
     """Write the demos `settings` (from `demo_settings`: `env_type` and its generator's keywords) describe to
     `out_dir` with the adapter's `ScriptedDemos.generate`; returns the summary."""
@@ -173,81 +154,6 @@ def generate_demos(
     return resolve_ref(demos.generate)(out_dir, num_workers=num_workers, progress=progress, **kwargs)  # type: ignore[no-any-return]
 
 
-def generate_metaworld_demos(
-    out_dir: str | os.PathLike[str],
-    *,
-    tasks: list[str],
-    episodes_per_task: int,
-    image_size: int = 64,
-    camera: str | None = None,
-    wrist_camera: str | None = None,
-    action_repeat: int = 4,
-    max_episode_steps: int = 50,
-    reward_mode: str = "sparse",
-    hide_far_meshes: bool = False,
-    render_mesh_grid: float = 0.0,
-    num_workers: int = 2,
-    episodes_per_job: int = 5,
-    start_method: str = "forkserver",
-    seed: int = 0,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Roll out MetaWorld's scripted experts and write a demo directory (format in the module docstring).
-
-    Args:
-        out_dir: Output directory (created; existing shards there are overwritten).
-        tasks: MetaWorld task names.
-        episodes_per_task: Episodes per task.
-        image_size, camera, wrist_camera, action_repeat, max_episode_steps, reward_mode: Same meaning as in
-            `EnvConfig` (use the values of the env the policy will run in; camera None: MetaWorld's default).
-        hide_far_meshes, render_mesh_grid: MetaWorld's `extra` keys of the same names (see
-            `vla_envs.metaworld.options`).
-        num_workers: Worker processes (0 = in this process).
-        episodes_per_job: Episodes per work item (one shard each).
-        start_method: multiprocessing start method.
-        seed: Offsets the trial ids, so that different seeds give different goal variations.
-        progress: Show a tqdm progress bar.
-
-    Returns:
-        The metadata written to meta.json.
-    """
-
-    from vla_envs.metaworld.env import check_metaworld_installed, metaworld_spec
-
-    if episodes_per_task < 1:
-        raise ValueError(f"episodes_per_task={episodes_per_task} is invalid: must be >= 1")
-    cfg = EnvConfig(
-        env_type="metaworld",
-        task_set=list(tasks),
-        image_size=image_size,
-        camera=camera,
-        wrist_camera=wrist_camera,
-        action_repeat=action_repeat,
-        max_episode_steps=max_episode_steps,
-        reward_mode=reward_mode,
-        seed=seed,
-        extra={"hide_far_meshes": hide_far_meshes, "render_mesh_grid": render_mesh_grid},
-    )
-    metaworld_spec(cfg)  # validates tasks and cameras with clear errors
-    check_metaworld_installed()
-    cfg_dict = dataclasses.asdict(cfg)
-    cfg_dict["task_set"] = None
-    jobs = []
-    base = seed * episodes_per_task
-    for task in tasks:
-        trials = list(range(base, base + episodes_per_task))
-        for k in range(0, len(trials), episodes_per_job):
-            jobs.append((cfg_dict, task, trials[k : k + episodes_per_job]))
-
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    results = run_demo_jobs(
-        _run_job, jobs, [len(job[2]) for job in jobs], desc="demos", num_workers=num_workers,
-        start_method=start_method, progress=progress,
-    )  # fmt: skip
-    return write_demos(out, cfg, results)
-
-
 def run_demo_jobs(
     run_job: Callable[[Any], dict[str, Any]],
     jobs: list[Any],
@@ -256,13 +162,11 @@ def run_demo_jobs(
     desc: str,
     num_workers: int,
     start_method: str,
-    progress: bool,
+    progress: Progress,
 ) -> list[dict[str, Any]]:
     """Run `run_job` (a module-level function, picklable) on every job, in this process (`num_workers=0`) or in a
     pool of worker processes, with a progress bar counting `episodes[i]` for job i; the results in job order."""
-    from tqdm import tqdm
-
-    bar = tqdm(total=sum(episodes), desc=desc, unit="ep", disable=not progress)
+    bar = progress_bar(progress, total=sum(episodes), desc=desc, unit="ep")
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     if num_workers == 0:
         for i, job in enumerate(jobs):
@@ -335,7 +239,7 @@ def load_demos(path: str | os.PathLike[str], *, only_success: bool = False) -> d
 
     Returns:
         dict with the step arrays of STEP_KEYS (concatenated; `wrist_images` only if recorded),
-        `task_descriptions` list[str] [N], and `meta` (the meta.json dict).
+        `task_descriptions` (a list of N strings), and `meta` (the meta.json dict).
     """
     from safetensors.numpy import load_file
 

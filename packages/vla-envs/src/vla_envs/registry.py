@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vla_envs.base import BatchedEnv
-    from vla_envs.config import EnvConfig
 
-Factory = Callable[["EnvConfig"], "BatchedEnv"]
+# The functions of a record take the env's `vla_envs.EnvConfig` (`cfg`); the registry does not import it, since
+# `EnvConfig` checks its `env_type` against the registry.
+Factory = Callable[[Any], "BatchedEnv"]
 TaskLister = Callable[[], list[str]]
-ConfigChecker = Callable[["EnvConfig"], Any]
+ConfigChecker = Callable[[Any], Any]
 GroupingFn = Callable[[Sequence[str]], "TaskGrouping"]
 
 
@@ -96,6 +97,9 @@ class EnvAdapter:
         offload: whether the env can stop its simulators between phases and rebuild them (`offload()` /
             `onload()`, `env.enable_offload`): True, False, or a `(EnvConfig) -> Any` check that raises ValueError
             naming the setting that prevents it.
+        check_setup: `(EnvConfig) -> Any`: raise a `vla_envs.SimulatorSetupError` (one line: what this machine
+            lacks, the command that fixes it) when a package, asset, runtime or display library the env needs is
+            missing, found without starting a simulator. None: such lacks show when the env is built.
     """
 
     name: str
@@ -105,8 +109,9 @@ class EnvAdapter:
     task_grouping: GroupingFn | str | None = None
     demos: ScriptedDemos | None = None
     offload: bool | ConfigChecker | str = False
+    check_setup: ConfigChecker | str | None = None
 
-    def make_env(self, cfg: EnvConfig) -> BatchedEnv:
+    def make_env(self, cfg: Any) -> BatchedEnv:
         """Build the batched env of `cfg` (whose `env_type` is this adapter's)."""
         return resolve_ref(self.factory)(cfg)  # type: ignore[no-any-return]
 
@@ -114,12 +119,18 @@ class EnvAdapter:
         """Valid task names ([] without a task lister)."""
         return [] if self.task_lister is None else list(resolve_ref(self.task_lister)())
 
-    def check(self, cfg: EnvConfig) -> None:
+    def check(self, cfg: Any) -> None:
         """Raise ValueError if `cfg` has a setting this adapter refuses (nothing without a checker)."""
         if self.check_config is not None:
             resolve_ref(self.check_config)(cfg)
 
-    def check_offload(self, cfg: EnvConfig) -> None:
+    def check_machine(self, cfg: Any) -> None:
+        """Raise a `SimulatorSetupError` if this machine lacks something the env of `cfg` needs (nothing without a
+        `check_setup`)."""
+        if self.check_setup is not None:
+            resolve_ref(self.check_setup)(cfg)
+
+    def check_offload(self, cfg: Any) -> None:
         """Raise ValueError (one line) if the env of `cfg` cannot release its simulators between phases."""
         if self.offload is False:
             raise ValueError(

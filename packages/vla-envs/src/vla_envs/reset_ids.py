@@ -6,9 +6,11 @@ id is defined once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
-__all__ = ["reset_state_ids", "split_reset_state_ids"]
+__all__ = ["check_reset_state_ids", "reset_state_ids", "split_reset_state_ids"]
 
 
 def reset_state_ids(
@@ -29,6 +31,31 @@ def reset_state_ids(
             f"{trial.max(initial=0)}"
         )
     return task_index * trials_per_task + trial
+
+
+def check_reset_state_ids(
+    ids: Sequence[int] | np.ndarray, *, num_envs: int, num_reset_states: int, layout: str
+) -> np.ndarray:
+    """The reset-state ids a batched env of `num_envs` rows is asked to reset to, checked: int64 [num_envs].
+
+    Args:
+        layout: how `num_reset_states` is made, named in the message (e.g. "= 10 tasks x num_trials_per_task=5").
+
+    Raises:
+        ValueError: not integers of shape [num_envs], or an id outside [0, num_reset_states).
+    """
+    ids = np.asarray(ids)
+    if ids.shape != (num_envs,) or not np.issubdtype(ids.dtype, np.integer):
+        raise ValueError(
+            f"reset_state_ids must be integers of shape [num_envs={num_envs}], got shape "
+            f"{tuple(ids.shape)} dtype {ids.dtype}"
+        )
+    if ids.min() < 0 or ids.max() >= num_reset_states:
+        raise ValueError(
+            f"reset_state_ids must lie in [0, num_reset_states={num_reset_states}) ({layout}), "
+            f"got min {ids.min()} max {ids.max()}"
+        )
+    return ids.astype(np.int64)
 
 
 def split_reset_state_ids(ids: np.ndarray | int, trials_per_task: int) -> tuple[np.ndarray, np.ndarray]:

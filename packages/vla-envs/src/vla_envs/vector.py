@@ -23,25 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, select_obs_rows
+from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, concat_obs, select_obs_rows
 from vla_envs.config import EnvConfig
 from vla_envs.episodes import EpisodeTracker
-from vla_envs.reset_ids import reset_state_ids, split_reset_state_ids
+from vla_envs.reset_ids import check_reset_state_ids, reset_state_ids, split_reset_state_ids
 from vla_envs.sim import SimSpec
 from vla_envs.video import EpisodeVideoRecorder
 from vla_envs.worker_pool import WorkerPool
 from vla_envs.workers import WorkerDied, WorkerError
-
-
-def concat_obs(parts: Sequence[Obs]) -> Obs:
-    """Concatenate batched observation dicts along the batch axis."""
-    wrist = parts[0]["wrist_images"]
-    return {
-        "images": np.concatenate([p["images"] for p in parts]),
-        "wrist_images": None if wrist is None else np.concatenate([p["wrist_images"] for p in parts]),
-        "states": np.concatenate([p["states"] for p in parts]),
-        "task_descriptions": [d for p in parts for d in p["task_descriptions"]],
-    }
 
 
 class VectorEnv(BatchedEnv):
@@ -122,6 +111,11 @@ class VectorEnv(BatchedEnv):
         """Process ids of the simulator workers (empty while offloaded; this process's id for in-process ones)."""
         return self.pool.pids()
 
+    def abort(self) -> None:
+        """Kill every simulator worker at once, from another thread while a call on this env may be stuck waiting
+        for one (a stopped process): that call then fails instead of restarting them; the env is unusable after."""
+        self.pool.abort()
+
     def offload(self) -> None:
         """Stop every simulator worker, so that their processes and memory (renderers, physics, GPU contexts) go
         away until the next phase; a no-op when already offloaded or closed.
@@ -161,19 +155,12 @@ class VectorEnv(BatchedEnv):
         return reset_state_ids(self._row_task[rows], trials, self.cfg.num_trials_per_task)
 
     def _check_ids(self, reset_state_ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        ids = np.asarray(reset_state_ids)
-        if ids.shape != (self.num_envs,) or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(
-                f"reset_state_ids must be integers of shape [num_envs={self.num_envs}], got shape "
-                f"{tuple(ids.shape)} dtype {ids.dtype}"
-            )
-        if ids.min() < 0 or ids.max() >= self.num_reset_states:
-            raise ValueError(
-                f"reset_state_ids must lie in [0, num_reset_states={self.num_reset_states}) "
-                f"(= {self.num_tasks} tasks x num_trials_per_task={self.cfg.num_trials_per_task}), "
-                f"got min {ids.min()} max {ids.max()}"
-            )
-        return ids.astype(np.int64)
+        return check_reset_state_ids(
+            reset_state_ids,
+            num_envs=self.num_envs,
+            num_reset_states=self.num_reset_states,
+            layout=f"= {self.num_tasks} tasks x num_trials_per_task={self.cfg.num_trials_per_task}",
+        )
 
     # ------------------------------------------------------------------ API
     def reset(

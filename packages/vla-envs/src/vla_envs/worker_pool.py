@@ -59,6 +59,7 @@ class WorkerPool:
         self.workers: list[Any] = []
         self.restarts = 0
         self.restart_time_s = 0.0
+        self.aborted = False  # abort(): no worker is (re)started any more
 
     def start(self) -> None:
         """Build every worker's simulators (in parallel for subprocess workers) and wait until all are ready."""
@@ -82,6 +83,13 @@ class WorkerPool:
         for worker in self.workers:
             worker.close()
         self.workers = []
+
+    def abort(self) -> None:
+        """Kill every worker process now (callable from another thread) and start none again: a call waiting for
+        one of them fails with `SimulatorUnavailable`."""
+        self.aborted = True
+        for worker in list(self.workers):
+            worker.kill()
 
     def pids(self) -> list[int]:
         """Process ids of the workers (this process's id for an in-process one)."""
@@ -142,6 +150,8 @@ class WorkerPool:
 
     def _restart(self, wid: int, reason: str) -> None:
         """Kill worker `wid` and start a replacement; raise WorkerDied if it dies, hangs or fails to build."""
+        if self.aborted:
+            raise SimulatorUnavailable(f"{self.describe(wid)} was stopped (the env was aborted)")
         old = self.workers[wid]
         old.kill()
         logger.warning(

@@ -9,9 +9,11 @@ import traceback
 from multiprocessing.connection import Connection
 from typing import Any
 
+from vla_envs.checks import check_env_setup
 from vla_envs.config import EnvConfig
 from vla_envs.gl import configure_mujoco_gl
 from vla_envs.runner import EnvRunner
+from vla_envs.setup_errors import SimulatorSetupError
 from vla_envs.sim import SimSpec
 
 
@@ -34,8 +36,11 @@ def resolve(ref: str) -> Any:
 
 
 def build_runner(cfg: EnvConfig, spec: SimSpec, rows: list[int]) -> EnvRunner:
-    """Build the simulators of `rows` and wrap them in an EnvRunner."""
+    """Build the simulators of `rows` and wrap them in an EnvRunner. The env's set-up check runs here first: a
+    worker on a machine that lacks what the driver's machine has (a node without the EGL library) raises the same
+    one-line `SimulatorSetupError` the driver's check would."""
     configure_mujoco_gl()
+    check_env_setup(cfg)
     sims = resolve(spec.builder)(cfg, spec, rows)
     return EnvRunner(cfg, sims)
 
@@ -59,6 +64,10 @@ def worker_main(conn: Connection, cfg: EnvConfig, spec: SimSpec, rows: list[int]
     os.environ.setdefault("LP_NUM_THREADS", str(cfg.extra.get("lp_num_threads", 1)))
     try:
         runner = build_runner(cfg, spec, rows)
+    except SimulatorSetupError as exc:  # this machine lacks something: the parent raises it as it is
+        conn.send(("setup", exc))
+        conn.close()
+        return
     except Exception:  # report the build error to the parent, then exit
         conn.send(("error", traceback.format_exc()))
         conn.close()
@@ -123,7 +132,8 @@ class ProcessWorker:
             raise WorkerDied(f"send failed: {exc!r}") from exc
 
     def recv(self, timeout: float) -> Any:
-        """Wait for a reply; raise WorkerDied on EOF/timeout, WorkerError on a Python exception in the worker."""
+        """Wait for a reply; raise WorkerDied on EOF/timeout, WorkerError on a Python exception in the worker, and
+        the worker's own `SimulatorSetupError` when it could not build its simulators for lack of something."""
         assert self.conn is not None
         try:
             if not self.conn.poll(timeout):
@@ -133,6 +143,8 @@ class ProcessWorker:
             raise WorkerDied(f"pipe closed: {exc!r}") from exc
         if status == "error":
             raise WorkerError(f"env worker {self.worker_id} (rows {self.rows}) raised:\n{payload}")
+        if status == "setup":
+            raise payload
         return payload
 
     def kill(self) -> None:

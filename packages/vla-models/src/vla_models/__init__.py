@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from vla_models.checkpoint import check_checkpoint
     from vla_models.cpu_products import cpu_float32_products
     from vla_models.factory import build_policy, config_from_dict, load_policy
-    from vla_models.family_openvla import prismatic_family
     from vla_models.forward_inputs import PROMPT_KEYS, concat_forward_inputs, pad_prompts
     from vla_models.normalization import BoundsNormalizer, dataset_statistics, stats_from_bounds
     from vla_models.observations import check_observation
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from vla_models.openvla_oft import OpenVLAOFTConfig, OpenVLAOFTPolicy
     from vla_models.policy_output import PolicyOutput
     from vla_models.prismatic import LanguageModelConfig, PrismaticConfig, VisionTowerConfig
+    from vla_models.prismatic.family_prismatic import prismatic_family
     from vla_models.rl_parameters import rl_parameters
     from vla_models.tokenizer import build_tiny_tokenizer, load_tokenizer
 
@@ -93,7 +93,7 @@ __getattr__, __dir__ = lazy_exports(
         "build_policy": "vla_models.factory",
         "config_from_dict": "vla_models.factory",
         "load_policy": "vla_models.factory",
-        "prismatic_family": "vla_models.family_openvla",
+        "prismatic_family": "vla_models.prismatic.family_prismatic",
         "OpenPiConfig": "vla_models.openpi.configuration_openpi",
         "OpenPiPolicy": "vla_models.openpi.modeling_openpi",
         "OpenVLAConfig": "vla_models.openvla.configuration_openvla",

@@ -33,7 +33,7 @@ def load_policy(path: str | Path, **overrides: Any) -> Any:
     family = family_for_checkpoint(p, overrides.get("model_type"))
     if family is None:
         raise _unreadable(p)
-    return family.load(p, **overrides)
+    return family.loader(p, **overrides)
 
 
 def _unreadable(p: Path) -> Exception:

@@ -138,14 +138,49 @@ def _all_finite(tensor: torch.Tensor) -> bool:
     return all(bool(torch.isfinite(part).all()) for part in flat.split(_FINITE_CHUNK))
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file of a checkpoint folder; a missing or malformed file is one line naming it."""
+def read_json(path: Path, *, expect: type | None = None) -> Any:
+    """A JSON file of a checkpoint folder; a missing, unreadable or malformed file is one line naming it.
+
+    Args:
+        expect: the type the top-level value must have (``dict`` for a config), or None for any.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file cannot be read (permissions), is not UTF-8 JSON, nests deeper than the parser
+            allows, or its top-level value is not ``expect``.
+    """
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist")
     try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = path.read_text()
+    except OSError as e:
+        raise ValueError(f"{path} cannot be read: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{path} is not valid JSON: it nests deeper than the JSON parser allows") from None
+    if expect is not None and not isinstance(value, expect):
+        raise ValueError(f"{path} holds a JSON {json_kind(value)} where a JSON {json_kind(expect())} belongs")
+    return value
+
+
+def json_kind(value: Any) -> str:
+    """The JSON name of a parsed value's type (object, array, string, number, boolean, null)."""
+    if isinstance(value, dict):
+        return "object"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "null" if value is None else type(value).__name__
 
 
 def _weight_files(p: Path) -> list[Path]:

@@ -34,12 +34,12 @@ def _no_load_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     return {"model_type": settings.get("model_type")}
 
 
-def _resolve(ref: type | str) -> type:
-    """A class, or ``"package.module:Class"`` imported now."""
-    if isinstance(ref, type):
+def _resolve(ref: Any) -> Any:
+    """A class or function, or the one ``"package.module:name"`` names, imported now."""
+    if not isinstance(ref, str):
         return ref
     module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class ModelFamily:
             (read them as ``config_class`` / ``policy_class``).
         config_from_dict: a flat dict (``size``, config fields, ...; no ``model_type``) -> config.
         build: config -> policy with random weights (or loaded from ``config.model_path``).
-        load: ``(path, **settings)`` -> policy, for a folder this family's ``detect_checkpoint`` accepts.
+        load: ``(path, **settings)`` -> policy, for a folder this family's ``detect_checkpoint`` accepts, or its
+            ``"module:function"`` name imported on first use (call it as ``loader``).
         detect_checkpoint: whether a folder holds one of this family's layouts; families are asked in
             registration order (built-in families in name order) and the first that accepts a folder loads it.
         checkpoint_layouts: names of the layouts ``load`` reads.
@@ -83,7 +84,7 @@ class ModelFamily:
     policy: type | str
     config_from_dict: Callable[[dict[str, Any]], Any]
     build: Callable[[Any], Any]
-    load: Callable[..., Any]
+    load: Callable[..., Any] | str
     detect_checkpoint: Callable[[Path], bool]
     checkpoint_layouts: tuple[str, ...] = ()
     fsdp_wrap_classes: tuple[str, ...] = ()
@@ -100,11 +101,15 @@ class ModelFamily:
 
     @cached_property
     def config_class(self) -> type:
-        return _resolve(self.config)
+        return _resolve(self.config)  # type: ignore[no-any-return]
 
     @cached_property
     def policy_class(self) -> type:
-        return _resolve(self.policy)
+        return _resolve(self.policy)  # type: ignore[no-any-return]
+
+    @cached_property
+    def loader(self) -> Callable[..., Any]:
+        return _resolve(self.load)  # type: ignore[no-any-return]
 
 
 _FAMILIES: dict[str, ModelFamily] = {}

@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from vla_models.families import check_one_of, register_family
-from vla_models.family_openvla import (
+from vla_models.openvla_oft.configuration_openvla_oft import ACTION_HEADS, IMPLEMENT_VERSIONS
+from vla_models.prismatic.family_prismatic import (
     PRISMATIC_LAYOUTS,
     PRISMATIC_SETTINGS,
     build_prismatic,
     prismatic_checks,
     prismatic_family,
 )
-from vla_models.openvla_oft.configuration_openvla_oft import ACTION_HEADS, IMPLEMENT_VERSIONS
 
 #: Config fields only OpenVLA-OFT has.
 OFT_SETTINGS = frozenset(

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -15,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from vla_models.checkpoint_files import read_json
 from vla_models.safetensors_writer import Deferred
 
 LM_LORA_TARGETS = r".*layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
@@ -123,10 +123,7 @@ def read_lora_adapter(path: str | Path) -> LoraAdapter:
         raise FileNotFoundError(f"lora_path {p} has no adapter_config.json (not a peft adapter folder)")
     if not weights.is_file():
         raise FileNotFoundError(f"lora_path {p} has no adapter_model.safetensors (only safetensors are read)")
-    try:
-        cfg = json.loads(cfg_file.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{cfg_file} is not valid JSON: {e}") from None
+    cfg = read_json(cfg_file, expect=dict)
     if cfg.get("peft_type", "LORA") != "LORA":
         raise ValueError(f"{cfg_file}: peft_type={cfg.get('peft_type')!r} is not supported; allowed: 'LORA'")
     for key in ("use_dora", "rank_pattern", "alpha_pattern"):

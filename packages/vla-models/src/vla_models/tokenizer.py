@@ -12,6 +12,8 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
+from vla_models.checkpoint_files import read_json
+
 _CORPUS = [
     "In: What action should the robot take to {}?\nOut:",
     "pick up the object and place it on the plate",
@@ -166,8 +168,25 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     otherwise ``AutoTokenizer`` handles e.g. a SentencePiece ``tokenizer.model``.
     """
     p = Path(path)
-    if (p / "tokenizer.json").exists():
-        return PreTrainedTokenizerFast.from_pretrained(str(p), local_files_only=True)
-    if not (p / "tokenizer.model").exists():
+    fast = (p / "tokenizer.json").exists()
+    if not fast and not (p / "tokenizer.model").exists():
         raise FileNotFoundError(f"{p} has no tokenizer (tokenizer.json or tokenizer.model)")
-    return AutoTokenizer.from_pretrained(str(p), local_files_only=True, trust_remote_code=False)
+    for name in TOKENIZER_JSON_FILES:
+        if (p / name).exists():
+            d = read_json(p / name, expect=dict)
+            if name == "tokenizer.json" and not isinstance(d.get("model"), dict):
+                raise ValueError(f"{p / name} has no 'model' object: it is not a tokenizers file")
+    try:
+        if fast:
+            return PreTrainedTokenizerFast.from_pretrained(str(p), local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(p), local_files_only=True, trust_remote_code=False)
+    except Exception as e:  # transformers / tokenizers raise many types for a malformed field
+        files = ", ".join(n for n in (*TOKENIZER_JSON_FILES, "tokenizer.model") if (p / n).exists())
+        detail = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ValueError(
+            f"{p}: the tokenizer files ({files}) do not load: {type(e).__name__}: {detail}"
+        ) from None
+
+
+#: the JSON files a tokenizer folder may hold (each must be a JSON object)
+TOKENIZER_JSON_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")

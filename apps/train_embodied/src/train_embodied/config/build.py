@@ -11,7 +11,6 @@ import copy
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from train_embodied.config.aliases import apply_aliases
@@ -28,6 +27,7 @@ from train_embodied.config.sections import (
     SFTSection,
     TrainerSection,
 )
+from train_embodied.config.train_config import TrainConfig
 from vla_envs import EnvConfig
 
 TOP_LEVEL_SECTIONS = ["cluster", "runner", "algorithm", "env", "rollout", "actor", "sft", "trainer"]
@@ -43,35 +43,6 @@ class ConfigError(ValueError):
     def __init__(self, errors: list[str]):
         self.errors = list(errors)
         super().__init__("\n".join(self.errors))
-
-
-@dataclass
-class TrainConfig:
-    """Everything a run needs, typed. `raw` is the resolved plain-dict config (saved next to the run)."""
-
-    cluster: ClusterSection
-    runner: RunnerSection
-    algorithm: AlgorithmSection
-    rollout: RolloutSection
-    actor: ActorSection
-    sft: SFTSection
-    env_train: EnvConfig
-    env_eval: EnvConfig
-    train_run: EnvRunSection
-    eval_run: EnvRunSection
-    raw: dict[str, Any] = field(default_factory=dict)
-    trainer: TrainerSection = field(default_factory=TrainerSection)
-
-    @property
-    def training_threads(self) -> int:
-        """Intra-op threads while the policy trains: `actor.torch_num_threads`, 0 meaning `runner.torch_num_threads`
-        (0 there too: torch's default)."""
-        return self.actor.torch_num_threads or self.runner.torch_num_threads
-
-    @property
-    def log_dir(self) -> str:
-        """The run's folder (`runner.logger.log_dir`)."""
-        return str(self.runner.logger.log_dir)
 
 
 def _env_config(
@@ -134,8 +105,8 @@ def _apply_robot_platform(cfg: dict[str, Any]) -> list[str]:
         return []
     if platform not in ROBOT_PLATFORM_NORMALIZATION:
         return [
-            f"ROBOT_PLATFORM={platform!r} is not one of: {', '.join(ROBOT_PLATFORM_NORMALIZATION)} (unset it, or "
-            "set actor.model.extra.normalization_type to bounds or bounds_q99)"
+            f"ROBOT_PLATFORM={platform!r} is not one of: {', '.join(ROBOT_PLATFORM_NORMALIZATION)}: run "
+            "`unset ROBOT_PLATFORM` (or export one of those)"
         ]
     from vla_models import family_names, get_family
 
@@ -150,7 +121,8 @@ def _apply_robot_platform(cfg: dict[str, Any]) -> list[str]:
     if given is not None and given != wanted:
         return [
             f"actor.model.extra.normalization_type={given!r} conflicts with ROBOT_PLATFORM={platform} (which "
-            f"selects {wanted!r}, as the official OpenVLA-OFT code does): unset one of them"
+            f"selects {wanted!r}, as the official OpenVLA-OFT code does): run `unset ROBOT_PLATFORM`, or drop "
+            "the setting with `~actor.model.extra.normalization_type`"
         ]
     model["extra"] = {**extra, "normalization_type": wanted}
     return []
@@ -161,8 +133,9 @@ def build_train_config(cfg: Mapping[str, Any], *, check_paths: bool = True) -> T
 
     Args:
         cfg: The composed config, resolved to plain containers (`OmegaConf.to_container(cfg, resolve=True)`).
-        check_paths: Also check against this machine: `runner.resume_dir` and `actor.model.model_path` exist,
-            and it has the GPUs `cluster` asks for when every component runs on it.
+        check_paths: Also check against this machine: it has the GPUs `cluster` asks for when every component
+            runs on it. What a run reads from disk (run folder, resume checkpoint, model folder) is checked by
+            `train_embodied.preflight`, once, by the command line.
 
     Raises:
         ConfigError: one line per problem.

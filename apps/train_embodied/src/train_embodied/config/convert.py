@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -54,6 +55,9 @@ def _coerce(value: Any, tp: Any, key: str, errors: list[str]) -> Any:
             return value
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not math.isfinite(value):  # NaN would pass every `x <= 0` check after this one
+                errors.append(f"{key}={value!r} is invalid: must be a finite number")
+                return _MISSING
             return float(value)
     elif tp is str:
         if isinstance(value, str):

@@ -1,26 +1,22 @@
 """Checks across sections of a config whose sections are each valid: the algorithm against the model and envs,
 shapes that several sections must agree on, placement and sharding, the env adapters' own settings, and (on
-request) the machine the run starts on. Each problem is one line naming every key involved."""
+request) the GPUs of the machine the run starts on. Each problem is one line naming every key involved."""
 
 from __future__ import annotations
 
 import difflib
-import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from train_embodied.checkpointing import AUTO, ResumeError, find_latest_checkpoint
-from train_embodied.config.sections import ClusterSection, ModelSection
+from train_embodied.config.sections import ClusterSection
+from train_embodied.config.train_config import TrainConfig
 from vla_algos import POLICY_LOSSES
 from vla_envs import EnvConfig
-
-if TYPE_CHECKING:
-    from train_embodied.config.build import TrainConfig
 
 
 def cross_checks(tc: TrainConfig, *, check_paths: bool) -> list[str]:
     """One line per contradiction between sections of a config whose sections are each valid; with `check_paths`
-    also against this machine (its GPUs, `runner.resume_dir`, `actor.model.model_path`)."""
+    also against this machine (its GPUs)."""
     errors = _algorithm_env_checks(tc) + _rollout_shape_checks(tc)
     for name, env in (("env.train", tc.env_train), ("env.eval", tc.env_eval)):
         if env.first_row != 0:
@@ -55,19 +51,19 @@ def _algorithm_env_checks(tc: TrainConfig) -> list[str]:
     if loss.uses_critic and not model.add_value_head:
         errors.append(
             f"actor.model.add_value_head=False is invalid with algorithm.loss_type={algo.loss_type!r}: "
-            "the critic is the value head (set actor.model.add_value_head=true or algorithm.loss_type to a loss "
-            f"without a value term: {_names_without('uses_critic', POLICY_LOSSES)})"
+            "the critic is the value head: set `actor.model.add_value_head=true`, or algorithm.loss_type to a loss "
+            f"without a value term ({_names_without('uses_critic', POLICY_LOSSES)})"
         )
     if estimator.grouped_starts and tc.env_train.auto_reset:
         errors.append(
             f"env.train.auto_reset=True is invalid with algorithm.adv_type={algo.adv_type!r}: a group score is one "
-            "episode per env (set env.train.auto_reset=false)"
+            "episode per env: set `env.train.auto_reset=false`"
         )
     if not estimator.grouped_starts and algo.filter_rewards and tc.env_train.auto_reset:
         errors.append(
             "env.train.auto_reset=True is invalid with algorithm.filter_rewards=true and "
             f"algorithm.adv_type={algo.adv_type!r}: a task's score is the mean of its env rows' first-episode scores, "
-            "one episode per env (set env.train.auto_reset=false)"
+            "one episode per env: set `env.train.auto_reset=false`"
         )
     if algo.n_chunk_steps is not None:
         decisions = tc.train_run.max_steps_per_rollout_epoch // model.num_action_chunks
@@ -76,7 +72,7 @@ def _algorithm_env_checks(tc: TrainConfig) -> list[str]:
                 f"algorithm.n_chunk_steps={algo.n_chunk_steps!r} is invalid: the rollout takes "
                 f"env.train.max_steps_per_rollout_epoch={tc.train_run.max_steps_per_rollout_epoch!r} / "
                 f"actor.model.num_action_chunks={model.num_action_chunks!r} = {decisions} decisions per env "
-                "(set one so that they agree, or leave algorithm.n_chunk_steps null)"
+                "(set one so that they agree, or `algorithm.n_chunk_steps=null`)"
             )
     wandb = tc.trainer.logger.wandb
     if wandb.enable is False and "wandb" in tc.runner.logger.logger_backends:
@@ -119,23 +115,9 @@ def _rollout_shape_checks(tc: TrainConfig) -> list[str]:
 
 
 def _machine_checks(tc: TrainConfig) -> list[str]:
-    """The config against this machine: its GPUs, the checkpoint `runner.resume_dir` names and the
-    `actor.model.model_path` folder."""
-    model = tc.actor.model
-    errors = _check_gpus_here(tc.cluster)
-    if tc.runner.resume_dir and tc.runner.resume_dir != AUTO:
-        try:
-            find_latest_checkpoint(tc.runner.resume_dir)
-        except ResumeError as exc:
-            errors.append(str(exc))
-    if model.model_path and not os.path.isdir(model.model_path):
-        errors.append(
-            f"actor.model.model_path={model.model_path!r} is invalid: no such folder "
-            "(a folder written by save_pretrained, e.g. the vla-sft output)"
-        )
-    elif model.model_path:
-        errors += _check_model_folder(model)
-    return errors
+    """The config against this machine: the GPUs `cluster` asks for. What the run reads from disk (the run folder,
+    the resume checkpoint, the model folder) is `train_embodied.preflight`'s."""
+    return _check_gpus_here(tc.cluster)
 
 
 def _check_adapter_settings(env: EnvConfig, prefix: str) -> list[str]:
@@ -231,18 +213,19 @@ def _check_actor_sharding(tc: TrainConfig) -> list[str]:
     if tc.cluster.backend != "ray":
         errors.append(
             f"cluster.backend={tc.cluster.backend!r} is invalid: {where}, and sharded training needs one OS "
-            "process per rank (the local backend runs every rank in this process): set cluster.backend=ray"
+            "process per rank (the local backend runs every rank in this process): set `cluster.backend=ray`"
         )
     fsdp = tc.actor.fsdp_config
     if fsdp.strategy == "none":
         errors.append(
             f"actor.fsdp_config.strategy={fsdp.strategy!r} is invalid: {where}, which are trained sharded: "
-            "set actor.fsdp_config.strategy=fsdp2 (or fsdp; both mean FSDP2), or place the actor on one process"
+            "set `actor.fsdp_config.strategy=fsdp2` (or fsdp; both mean FSDP2), or place the actor on one process"
         )
     elif fsdp.sharding_strategy not in ("full_shard", "shard_grad_op"):
         errors.append(
             f"actor.fsdp_config.sharding_strategy={fsdp.sharding_strategy!r} is not supported with {n} actor "
-            "processes: use full_shard or shard_grad_op"
+            "processes: set `actor.fsdp_config.sharding_strategy=full_shard` or "
+            "`actor.fsdp_config.sharding_strategy=shard_grad_op`"
         )
     return errors
 
@@ -265,8 +248,9 @@ def _check_gpus_here(cluster: ClusterSection) -> list[str]:
     )
     return [
         f"cluster.num_gpus_per_node={cluster.num_gpus_per_node!r} is invalid on this machine: it has {here} CUDA "
-        f"GPU(s) and {where} runs every component here (for a CPU run set cluster.num_gpus_per_node=0 and "
-        "cluster.component_placement={env,rollout,actor: all}; to use a Ray cluster set cluster.ray_address)"
+        f"GPU(s) and {where} runs every component here: for a CPU run set "
+        "`cluster.num_gpus_per_node=0 'cluster.component_placement={env\\,rollout\\,actor: all}'` (the commas "
+        "escaped, the override quoted), or to use a Ray cluster set cluster.ray_address"
     ]
 
 
@@ -287,8 +271,8 @@ def _wrist_camera_contradictions(tc: TrainConfig) -> list[str]:
         if env.wrist_camera is not None and camera.get("collect_wrist_camera") is False:
             errors.append(
                 f"{name}.wrist_camera={env.wrist_camera!r} contradicts {name}.task_config.camera."
-                "collect_wrist_camera=False: they are one setting (set collect_wrist_camera true, or wrist_camera "
-                "null)"
+                f"collect_wrist_camera=False: they are one setting: set `{name}.task_config.camera."
+                f"collect_wrist_camera=true` or `{name}.wrist_camera=null`"
             )
     return errors
 
@@ -299,16 +283,3 @@ def _fixed_image_size(model_type: str) -> bool:
     from vla_models import family_names, get_family
 
     return model_type in family_names() and get_family(model_type).fixed_image_size
-
-
-def _check_model_folder(model: ModelSection) -> list[str]:
-    """The model folder's small files against the `actor.model` settings (no tensor is read): malformed JSON,
-    missing weights, a saved architecture the settings contradict."""
-    from train_embodied.policy_io import load_settings
-    from vla_models import check_checkpoint
-
-    try:
-        check_checkpoint(model.model_path, **load_settings(model))
-    except (ValueError, FileNotFoundError) as exc:
-        return [f"actor.model.model_path={model.model_path!r} is invalid: {exc}"]
-    return []

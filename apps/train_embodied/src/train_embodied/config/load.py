@@ -21,6 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 from train_embodied.config.aliases import FILE_ALIASES, file_conflicts, override_conflicts, rewrite_override
 from train_embodied.config.build import ConfigError
 from train_embodied.config.defaults import register_base_configs
+from train_embodied.config.override_syntax import hydra_quoted, override_syntax_problems
+from train_embodied.config.yaml_bounds import check_user_config
 
 #: Mapping-valued keys an override replaces as a whole (Hydra would merge into the existing mapping, and refuse
 #: new keys in it): `cluster.component_placement={env: 0-3, rollout: 4-7, actor: 0-7}` drops the config's
@@ -65,8 +67,13 @@ def _resolve_config(config: str) -> tuple[Path, str, list[str]]:
             raise ConfigError([f"config file {config!r} does not exist"])
         if path.suffix not in (".yaml", ".yml"):
             raise ConfigError([f"config file {config!r} is not a .yaml/.yml file"])
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            raise ConfigError([f"config file {config!r} cannot be read: {exc.strerror or exc}"]) from None
         # A user file can use the app's groups (env/, model/, algorithm/, common/): add them to the search path.
-        return path.resolve().parent, path.stem, [f"hydra.searchpath=[file://{config_dir()}]"]
+        searchpath = hydra_quoted(f"file://{config_dir()}")  # the install folder may hold spaces or commas
+        return path.resolve().parent, path.stem, [f"hydra.searchpath=[{searchpath}]"]
     if config not in list_configs():
         import difflib
 
@@ -108,7 +115,9 @@ def _explain_yaml_error(exc: yaml.YAMLError) -> str:
 def compose_config(config: str, overrides: list[str] | None = None) -> DictConfig:
     """Compose `config` with `overrides` (Hydra grammar). Raises ConfigError with one line per problem."""
     search_dir, name, extra = _resolve_config(config)
-    conflicts = override_conflicts(list(overrides or []))
+    if extra:  # a user's files: bounded before Hydra copies their every node
+        check_user_config(Path(config).resolve())
+    conflicts = override_syntax_problems(list(overrides or [])) or override_conflicts(list(overrides or []))
     if conflicts:
         raise ConfigError(conflicts)
     register_base_configs(sorted(p.stem for p in (config_dir() / "env").glob("*.yaml")))

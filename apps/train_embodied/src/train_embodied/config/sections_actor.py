@@ -27,14 +27,24 @@ class OptimSection:
     """
 
     lr: float = 1e-4
+    """Learning rate of the policy (AdamW)."""
     value_lr: float = 1e-4
+    """Learning rate of the value head."""
     weight_decay: float = 0.0
+    """AdamW's weight decay."""
     clip_grad: float = 1.0
+    """Maximum gradient norm over the trained parameters; 0: no clipping."""
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW's beta1 and beta2."""
     adam_eps: float = 1e-8
+    """AdamW's epsilon."""
     lr_warmup_steps: int = 0
+    """Linear warmup over the first this many optimizer steps that train the policy (critic warm-up steps run
+    at the full rate)."""
     lr_decay_style: str = "constant"
+    """Decay of every learning rate over the run's training iterations: constant, linear or cosine."""
     min_lr: float = 0.0
+    """Learning rate the decay ends at (the value head's keeps its ratio to `lr`)."""
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.lr_warmup_steps", self.lr_warmup_steps, 0)
@@ -59,10 +69,20 @@ class FSDPSection:
     plain module (`train_embodied.unsharded`)."""
 
     strategy: str = "none"
+    """`fsdp` or `fsdp2` shard an actor placed on several processes with FSDP2; `none` refuses several actor
+    processes."""
     sharding_strategy: str = "no_shard"
+    """`full_shard` reshards after the forward, `shard_grad_op` keeps the gathered weights until the backward;
+    the others are refused with several processes."""
     gradient_checkpointing: bool = False
+    """Recompute the activations of each decoder and vision block in the backward pass instead of keeping
+    them."""
     cpu_offload: bool = False
+    """FSDP2's CPU offload of parameter shards (several actor processes; with one, use
+    `actor.enable_offload`)."""
     mixed_precision: dict[str, Any] = field(default_factory=dict)
+    """`param_dtype` and `reduce_dtype` (fp32, bf16, fp16) of the training; `buffer_dtype` fp32 only; with one
+    process `param_dtype` runs the forward under autocast."""
 
     def check(self, prefix: str) -> list[str]:
         errors = one_of(f"{prefix}.strategy", self.strategy, FSDP_STRATEGIES)
@@ -95,29 +115,56 @@ class ModelSection:
     """
 
     model_type: str = "openvla_oft"
-    model_name: str = "openvla_oft_tiny"
+    """Policy family: a registered vla-models family (openvla, openvla_oft, openpi, or one a module
+    registers)."""
     size: str = "tiny"
+    """`tiny` builds a small model from scratch (CPU runs); `full` loads the checkpoint at `model_path`."""
     model_path: str | None = None
+    """Policy folder to start from (a published checkpoint, a `vla-sft` output or a run's `policy/`); null: a
+    tiny model built from scratch."""
     lora_path: str | None = None
+    """A peft adapter folder applied on top of `model_path`: kept as trainable LoRA when `is_lora` is true,
+    merged into the weights otherwise."""
     precision: str = "fp32"
+    """Weight dtype of the policy: fp32, bf16 or fp16."""
     action_dim: int = 4
+    """Numbers in one action (4 for MetaWorld, 7 for LIBERO and ManiSkill, 14 for RoboTwin)."""
     num_action_chunks: int = 1
+    """Actions per policy decision: the chunk the env executes."""
     n_action_bins: int = 256
+    """Bins per action dimension of the discrete action tokens (OpenVLA families)."""
     image_size: int = 64
+    """Side in pixels of the square images the policy takes."""
     use_proprio: bool = True
+    """Feed the robot state (`states`) to the policy."""
     proprio_dim: int = 4
+    """Entries of `states` the policy reads (the first ones)."""
     num_images_in_input: int = 1
+    """Camera images per observation the policy takes (the main camera, then wrist cameras)."""
     use_film: bool = False
+    """FiLM conditioning of the vision features on the instruction (OpenVLA-OFT)."""
     implement_version: str | None = None
+    """OpenVLA-OFT layout: official, rlinf or causal_prefix; null: the checkpoint's own, or causal_prefix for
+    a tiny model."""
     action_head: str = "discrete"
+    """How OpenVLA-OFT decodes actions: `discrete` tokens or an `l1` regression head."""
     add_value_head: bool = True
+    """Give the policy a value head, the critic that a loss with a value term trains."""
     is_lora: bool = False
+    """Train LoRA adapters instead of the full weights."""
     lora_rank: int = 32
+    """Rank of the LoRA adapters."""
     unnorm_key: str | None = None
+    """Key of the checkpoint's action statistics used to un-normalise actions (OpenVLA families)."""
     num_steps: int | None = None
+    """Denoising steps of a flow policy (pi0, pi0.5); null: the preset's."""
     openpi: dict[str, Any] = field(default_factory=dict)
+    """pi0 / pi0.5 settings of vla-models' `OpenPiConfig` (`config_name`, `noise_method`, `noise_level`)."""
     OpenPI: dict[str, Any] = field(default_factory=dict)
+    """The reference documents' spelling of `openpi`; both are accepted."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """Further settings passed to the family's vla-models config (`normalization_type`, `detach_critic_input`,
+    ...)."""
 
     def settings(self) -> dict[str, Any]:
         """Every key of the section, as the settings dict a vla_models family reads."""
@@ -166,13 +213,20 @@ class ActorSection:
     """`actor`: the trained policy, its optimizer and batch sizes."""
 
     model: ModelSection = field(default_factory=ModelSection)
+    """The trained policy."""
     optim: OptimSection = field(default_factory=OptimSection)
+    """The policy's optimizer."""
     micro_batch_size: int = 128
+    """Samples per forward and backward pass."""
     global_batch_size: int = 256
+    """Samples per optimizer step, a multiple of `micro_batch_size`: one minibatch."""
     enable_offload: bool = False
+    """Keep the actor's parameters, gradients and optimizer state in host memory between calls."""
     fsdp_config: FSDPSection = field(default_factory=FSDPSection)
-    #: intra-op threads while the actor trains (the update; `vla-sft`'s training); 0: `runner.torch_num_threads`
+    """Sharding of an actor placed on several processes."""
     torch_num_threads: int = 0
+    """Intra-op threads while the actor trains (the update; `vla-sft`'s training); 0:
+    `runner.torch_num_threads`."""
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.micro_batch_size", self.micro_batch_size, 1)

@@ -17,11 +17,18 @@ class RolloutSection:
     """
 
     do_sample: bool = True
+    """Sample the rollout's actions (the reference's key); false, only with `runner.only_eval`, makes the
+    evaluation greedy."""
     temperature: float = 1.0
+    """Sampling temperature of the rollout policy."""
     top_k: int | None = None
+    """Sample among the k most likely action tokens only; null: all."""
     eval_do_sample: bool = True
+    """Sample the evaluation's decisions; false: a greedy evaluation."""
     pipeline_stage_num: int = 1
+    """Env groups that take turns, so the simulators step one while the policy acts on the next; 1: none."""
     enable_offload: bool = False
+    """Send the rollout policy to host memory at the end of each rollout and evaluation."""
 
     def check(self, prefix: str) -> list[str]:
         errors = []
@@ -54,10 +61,17 @@ class EnvRunSection:
     evaluation (eval) and build them again at the next one's reset (`env.enable_offload` sets both splits)."""
 
     max_steps_per_rollout_epoch: int = 64
+    """Env steps of each env in one rollout, a multiple of `actor.model.num_action_chunks`."""
     num_episodes: int = 50
+    """Held-out episodes of an evaluation (tasks x trials runs every task alike)."""
     trial_offset: int = 0
+    """First held-out start (trial) of an evaluation; training draws other trials."""
     rollout_epoch: int | None = None
+    """`env.eval`: times an evaluation runs its episodes, all counted; `env.train`: the reference's spelling
+    of `algorithm.rollout_epoch`; null: once."""
     enable_offload: bool = False
+    """Stop this split's simulator processes after each rollout (train) or evaluation (eval) and rebuild them
+    at the next reset."""
 
     @property
     def eval_repeats(self) -> int:

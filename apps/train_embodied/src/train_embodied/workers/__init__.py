@@ -3,8 +3,8 @@
 
 They are vla_infra `Worker`s, so the same classes run in-process (LocalBackend) or as Ray actors
 (RayBackend); `@register` says how a group call splits its inputs across ranks. Data crossing a worker
-boundary is numpy / torch in typed batches (`train_embodied.batches`: a `Prediction`, an `EnvStep`, the update's
-`SampleBatch`) and observation dicts (picklable for Ray).
+boundary is numpy / torch in typed batches (`train_embodied.batches`: a `Prediction`, the update's `SampleBatch`;
+a simulator step is a `vla_envs.StepResult`) and observation dicts (picklable for Ray).
 """
 
 from train_embodied.workers.actor_worker import ActorWorker

@@ -11,19 +11,19 @@ import torch
 from train_embodied.advantages import compute_advantages, flatten_for_update
 from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, FSDPSection, ModelSection, OptimSection
-from train_embodied.numerics import SKIPPED_MINIBATCHES
-from train_embodied.policy_io import build_optimizer, build_policy_for_run, frozen_copy
-from train_embodied.sharding import (
+from train_embodied.data_parallel import (
     SampleLayout,
+    combine_rank_stats,
     rank_summary,
     rank_task_groups,
     sample_layout,
-    save_unsharded,
-    shard_policy,
 )
-from train_embodied.trajectories import RolloutShard, assemble_rollout, combine_rank_stats
+from train_embodied.numerics import SKIPPED_MINIBATCHES
+from train_embodied.policy_io import build_optimizer, build_policy_for_run, frozen_copy
+from train_embodied.sharding import save_unsharded, shard_policy
+from train_embodied.trajectories import RolloutShard, assemble_rollout
 from train_embodied.unsharded import apply_fsdp_settings
-from train_embodied.update import UpdateSettings, ppo_update
+from train_embodied.update import ppo_update
 from vla_algos import explained_variance
 from vla_infra import (
     Channel,
@@ -85,7 +85,7 @@ class ActorWorker(WeightSenderWorker):
         enable_offload: `actor.enable_offload`: between calls the policy's parameters, gradients and the
             optimizer state live in host memory; each method that needs them moves them back first.
 
-    Methods that run collectives on a sharded policy (update, state_dict, checkpoints, save_pretrained) are
+    Methods that run collectives on a sharded policy (train, state_dict, checkpoints, save_pretrained) are
     dispatched to every rank; rank 0 returns the result (full, unsharded CPU tensors).
     """
 
@@ -127,8 +127,8 @@ class ActorWorker(WeightSenderWorker):
         self.policy.eval()
         self.weight_sync = WeightSync.sender(self.policy, rank=self.rank, host=self.info.master_addr)
         self.optimizer = build_optimizer(self.policy, optim)
-        self.settings = UpdateSettings.from_sections(algorithm, optim, micro_batch_size, global_batch_size)
-        self.algorithm = algorithm
+        self.algorithm, self.optim = algorithm, optim
+        self.micro_batch_size, self.global_batch_size = micro_batch_size, global_batch_size
         self.generator = torch.Generator().manual_seed(seed)
         self.optimizer_step = 0  # optimizer steps taken, critic warm-up included
         self.policy_step = 0  # optimizer steps that trained the policy (the lr warmup's clock)
@@ -171,31 +171,28 @@ class ActorWorker(WeightSenderWorker):
         return self._on_device()
 
     @register("one_to_all", collect="first")
-    def update(
-        self, batch: SampleBatch, seed: int, train_policy: bool = True, lr_scale: float = 1.0
-    ) -> dict[str, float]:
-        """Run `update_epoch` passes of minibatch PPO/GRPO over `batch`, the whole rollout, on one actor rank
-        (see update.ppo_update; several ranks train on their shares of a rollout: `train_on_rollout`).
-
-        `seed` re-seeds the minibatch shuffling, so a resumed run shuffles exactly as an uninterrupted one;
-        `train_policy=False` trains only the critic (warm-up iterations); `lr_scale` is the iteration's
-        learning-rate decay factor (`update.lr_decay_scale`).
-        """
-        if self.world_size > 1:
-            raise ValueError(
-                f"ActorWorker.update takes the whole rollout on one rank; this group has {self.world_size} ranks, "
-                "which train on their data-parallel shares (train_on_rollout)"
-            )
-        return self._train(batch, seed, train_policy, None, lr_scale)
-
-    def _train(
+    def train(
         self,
-        batch: SampleBatch,
+        samples: SampleBatch,
         seed: int,
-        train_policy: bool,
-        layout: SampleLayout | None,
+        *,
+        train_policy: bool = True,
+        layout: SampleLayout | None = None,
         lr_scale: float = 1.0,
     ) -> dict[str, float]:
+        """`update_epoch` passes of minibatch PPO/GRPO over `samples` (`update.ppo_update`), the policy on this
+        worker's device and the training threads set; the optimizer-step counts move on.
+
+        `seed` re-seeds the minibatch shuffling, so a resumed run shuffles exactly as an uninterrupted one;
+        `train_policy=False` trains only the critic (warm-up iterations); `layout`: where the whole rollout's
+        samples live when several ranks train on their shares (`train_on_rollout`), None: `samples` is the whole
+        rollout; `lr_scale` is the iteration's learning-rate decay factor (`update.lr_decay_scale`).
+        """
+        if self.sharded and layout is None:
+            raise ValueError(
+                f"ActorWorker.train without a layout takes the whole rollout on one rank; this group has "
+                f"{self.world_size} ranks, which train on their data-parallel shares (train_on_rollout)"
+            )
         self.generator.manual_seed(int(seed))
         # eval mode on purpose: no dropout, so the recomputed log-probs match the rollout's (ratio 1 at first)
         self.policy.eval()
@@ -203,8 +200,11 @@ class ActorWorker(WeightSenderWorker):
             metrics, steps = ppo_update(
                 self.policy,
                 self.optimizer,
-                batch,
-                self.settings,
+                samples,
+                self.algorithm,
+                self.optim,
+                micro_batch_size=self.micro_batch_size,
+                global_batch_size=self.global_batch_size,
                 generator=self.generator,
                 start_step=self.policy_step,  # the lr warmup runs over the whole run, not per rollout
                 train_policy=train_policy,
@@ -263,7 +263,7 @@ class ActorWorker(WeightSenderWorker):
         if bad:  # NaN/inf advantages or returns would reach the weights: skip this update (on every rank)
             return {SKIPPED_MINIBATCHES: 1.0, **stats}, bad
         layout = sample_layout([r.samples for r in summaries], t) if self.sharded else None
-        metrics = self._train(samples, seed, train_policy, layout, lr_scale)
+        metrics = self.train(samples, seed, train_policy=train_policy, layout=layout, lr_scale=lr_scale)
         critic = [r.critic for r in summaries if r.critic is not None]
         if critic:  # over the whole rollout (a micro-batch's can be NaN)
             values = torch.cat([c[0] for c in critic])

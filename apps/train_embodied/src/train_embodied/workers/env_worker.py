@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
-from train_embodied.batches import EnvStep
 from train_embodied.seeds import rank_seed
-from vla_envs import EnvConfig, empty_episode_metrics, make_env, task_grouping
+from vla_envs import EnvConfig, StepResult, empty_episode_metrics, make_env, task_grouping
 from vla_infra import OffloadableEnv, Worker, offload_env, register, reload_env
 
 
@@ -88,38 +88,30 @@ class EnvWorker(Worker):
         self._boundary_pending = True
 
     @register("split")
-    def chunk_step(self, actions: np.ndarray) -> EnvStep:
-        """Step actions [B, C, A] (split across ranks).
+    def chunk_step(self, actions: np.ndarray) -> StepResult:
+        """Step actions [B, C, A] (split across ranks); the env's `vla_envs.StepResult` without its `infos` (the run
+        reads the simulators' fault counters from `fault_stats`).
 
-        `lost_mask` bool [B] marks rows whose episode was lost with a dead process, one rule for both kinds: a
-        simulator subprocess of this rank (`StepResult.lost`; the env restarts it and the row starts again from its
-        reset) or this worker's own process: on a replacement's first step every row ends as truncated at chunk
-        position 0 (no reward; `final_obs` is the replacement's start observation, as the last one died with the
-        process) and starts again from the last reset. Those episodes are counted in
-        `fault_stats()["lost_episodes"]`, not in the episode metrics."""
+        `lost` bool [B] marks rows whose episode was lost with a dead process, one rule for both kinds: a simulator
+        subprocess of this rank (the env restarts it and the row starts again from its reset) or this worker's own
+        process: on a replacement's first step every row ends as truncated at chunk position 0 (no reward;
+        `final_obs` is the replacement's start observation, as the last one died with the process) and starts again
+        from the last reset. Those episodes are counted in `fault_stats()["lost_episodes"]`, not in the episode
+        metrics."""
         if self._boundary_pending:
             return self._lost_boundary(int(actions.shape[1]))
         res = self.env.chunk_step(actions)
         self._obs = res.obs
-        return EnvStep(
-            obs=res.obs,
-            rewards=res.rewards,
-            terminated=res.terminated,
-            truncated=res.truncated,
-            final_obs=res.final_obs,
-            final_mask=res.final_mask,
-            episode_metrics=res.episode_metrics,
-            lost_mask=np.asarray(res.lost, dtype=bool),  # a simulator process of this rank died
-        )
+        return dataclasses.replace(res, infos={})
 
-    def _lost_boundary(self, chunk: int) -> EnvStep:
+    def _lost_boundary(self, chunk: int) -> StepResult:
         assert self._obs is not None, "a replaced env worker steps only after a replayed reset"
         self._boundary_pending = False
         n = len(self._obs["task_descriptions"])
         self._lost_episodes += n
         truncated = np.zeros((n, chunk), dtype=bool)
         truncated[:, 0] = True
-        return EnvStep(
+        return StepResult(
             obs=self._obs,
             rewards=np.zeros((n, chunk), dtype=np.float32),
             terminated=np.zeros((n, chunk), dtype=bool),
@@ -127,7 +119,7 @@ class EnvWorker(Worker):
             final_obs=self._obs,
             final_mask=np.ones(n, dtype=bool),
             episode_metrics=empty_episode_metrics(n),
-            lost_mask=np.ones(n, dtype=bool),
+            lost=np.ones(n, dtype=bool),
         )
 
     @register("one_to_all", collect="list")
@@ -150,6 +142,13 @@ class EnvWorker(Worker):
         """Process ids of this rank's simulators (empty while offloaded)."""
         pids = getattr(self.env, "simulator_pids", None)
         return list(pids()) if callable(pids) else []
+
+    def abort(self) -> None:
+        """A call on this worker never returned (a stopped simulator on the local backend): kill its simulators
+        from the driver's thread, so that nothing of the run is left running."""
+        abort = getattr(self.env, "abort", None)
+        if callable(abort):
+            abort()
 
     @register("one_to_all", collect="none", restart=False)
     def close(self) -> None:

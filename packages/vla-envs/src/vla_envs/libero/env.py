@@ -2,36 +2,31 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
 from vla_envs.config import EnvConfig
-from vla_envs.libero.options import resolve_options
+from vla_envs.libero.options import FIXED_INIT_STATES, resolve_options
 from vla_envs.libero.sim import ACTION_DIM
-from vla_envs.libero.suites import INSTALL_HINT, SUITES, resolve_tasks
+from vla_envs.libero.suites import SUITES, check_libero_installed, resolve_tasks
+from vla_envs.setup_errors import check_mujoco_gl
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
 
 # Every task of the five standard suites ships 50 fixed initial states (the `.pruned_init` files).
-INIT_STATES_PER_TASK = 50
+INIT_STATES_PER_TASK = FIXED_INIT_STATES
 
 
-def check_libero_installed() -> None:
-    """Raise ImportError naming what is missing and how to install it."""
-    missing = [m for m in ("libero", "robosuite", "mujoco") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportError(f"env_type='libero' needs the Python package(s) {missing}; {INSTALL_HINT}")
+def check_setup(cfg: EnvConfig) -> None:
+    """Raise a `SimulatorSetupError` when this machine lacks what the env of `cfg` needs: LIBERO's packages and,
+    when it renders, MuJoCo's OpenGL backend."""
+    check_libero_installed()
+    if cfg.render:
+        check_mujoco_gl("libero")
 
 
 def libero_spec(cfg: EnvConfig) -> SimSpec:
     """Validate `cfg` for LIBERO and describe the simulator (imports LIBERO's task tables, not MuJoCo)."""
-    opts = resolve_options(cfg)
-    if cfg.num_trials_per_task > INIT_STATES_PER_TASK:
-        raise ValueError(
-            f"EnvConfig.num_trials_per_task={cfg.num_trials_per_task} is invalid for env_type='libero': "
-            f"every LIBERO task has {INIT_STATES_PER_TASK} fixed initial states"
-        )
+    opts = resolve_options(cfg)  # refuses more trials than fixed initial states unless they are sampled
     if isinstance(cfg.task_set, str) and cfg.task_set not in SUITES:  # before the install check
         raise ValueError(
             f"EnvConfig.task_set={cfg.task_set!r} is not a LIBERO suite; valid suites: {list(SUITES)} "

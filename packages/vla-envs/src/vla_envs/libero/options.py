@@ -15,6 +15,11 @@ _WRIST_ALIASES = ("wrist", "eye_in_hand", WRIST_CAMERA)
 # "rotate180": img[::-1, ::-1], the preprocessing of OpenVLA / OpenVLA-OFT / RLinf LIBERO checkpoints;
 # "vertical": img[::-1], the geometrically faithful view (OpenGL rows run bottom-up). Both are upright.
 IMAGE_FLIPS = ("rotate180", "vertical")
+#: Where a trial's start comes from (`extra['init_states']`): "fixed", LIBERO's 50 saved initial states per task
+#: (trial = index); "sampled", LIBERO's own start sampler seeded by (task, trial), any number of trials.
+INIT_STATE_MODES = ("fixed", "sampled")
+#: Initial states every task of the five standard suites ships (the `.pruned_init` files).
+FIXED_INIT_STATES = 50
 MAX_IMAGE_SIDE = 1024
 EXTRA_KEYS = (
     "num_settle_steps",
@@ -24,6 +29,9 @@ EXTRA_KEYS = (
     "use_rel_reward",
     "image_flip",
     "task_cache_size",
+    "init_states",
+    "lazy_render",
+    "render_mesh_grid",
 )
 
 
@@ -48,6 +56,19 @@ class LiberoOptions:
             success is reached, -coef if it is lost, 0 otherwise. Matters with `ignore_terminations=True`.
         image_flip: How raw (upside-down) frames are made upright, one of `IMAGE_FLIPS`.
         task_cache_size: LIBERO envs (one per task) kept alive per batch row in multi-task sets.
+        init_states: One of `INIT_STATE_MODES`. "fixed": trial t is LIBERO's saved initial state t of the task
+            (`num_trials_per_task` at most `FIXED_INIT_STATES`). "sampled": trial t is a fresh draw of LIBERO's own
+            start sampler, seeded by (task, trial): the BDDL regions' object and fixture placements, the
+            articulated objects' initial ranges (an open drawer is 14-16 cm out) and robosuite's default joint noise
+            (Gaussian, 0.02 rad) on the arm, the distribution LIBERO's saved states were drawn from (they carry that
+            joint spread). Distinct trial ranges then give disjoint training, held-out and demo starts.
+        lazy_render: Render a camera only for the frames an observation returns (`vla_envs.libero.render`): the
+            images are bit-identical to rendering at every control step, as robosuite does, which costs one render
+            per control step (`action_repeat` per decision, plus the settle steps).
+        render_mesh_grid: Metres (0: off). Draw every mesh with its vertices merged on a grid of this size, each
+            face keeping its own corner normals (`vla_envs.metaworld.meshes.simplify_drawn_meshes`); collision
+            shapes, masses and inertias stay as compiled, so physics, rewards and success are unchanged. The
+            pictures change a little (5 mm: 1.5 grey levels on average at 64 px), so it is off unless set.
     """
 
     image_hw: tuple[int, int] = (128, 128)
@@ -60,6 +81,9 @@ class LiberoOptions:
     use_rel_reward: bool = False
     image_flip: str = "rotate180"
     task_cache_size: int = 2
+    init_states: str = "fixed"
+    lazy_render: bool = True
+    render_mesh_grid: float = 0.0
 
     @property
     def cameras(self) -> list[str]:
@@ -108,6 +132,22 @@ def resolve_options(cfg: EnvConfig) -> LiberoOptions:
     cache = extra.get("task_cache_size", 2)
     if not isinstance(cache, int) or cache < 1:
         _fail("extra['task_cache_size']", cache, "an int >= 1")
+    init_states = extra.get("init_states", "fixed")
+    if init_states not in INIT_STATE_MODES:
+        _fail("extra['init_states']", init_states, f"one of {INIT_STATE_MODES}")
+    if init_states == "fixed" and cfg.num_trials_per_task > FIXED_INIT_STATES:
+        _fail(
+            "num_trials_per_task",
+            cfg.num_trials_per_task,
+            f"at most {FIXED_INIT_STATES}: every LIBERO task has {FIXED_INIT_STATES} fixed initial states "
+            "(extra['init_states']='sampled' draws any number of starts from LIBERO's start sampler)",
+        )
+    lazy_render = extra.get("lazy_render", True)
+    if not isinstance(lazy_render, bool):
+        _fail("extra['lazy_render']", lazy_render, "true or false")
+    grid = extra.get("render_mesh_grid", 0.0)
+    if isinstance(grid, bool) or not isinstance(grid, int | float) or not 0.0 <= grid <= 0.05:
+        _fail("extra['render_mesh_grid']", grid, "metres in [0, 0.05] (0: meshes drawn as loaded)")
     return LiberoOptions(
         image_hw=(int(h), int(w)),
         wrist=cfg.wrist_camera is not None,
@@ -119,4 +159,7 @@ def resolve_options(cfg: EnvConfig) -> LiberoOptions:
         use_rel_reward=bool(extra.get("use_rel_reward", False)),
         image_flip=image_flip,
         task_cache_size=cache,
+        init_states=init_states,
+        lazy_render=lazy_render,
+        render_mesh_grid=float(grid),
     )

@@ -1,17 +1,20 @@
 """One LIBERO batch row (runs inside a worker; imports robosuite, MuJoCo and LIBERO).
 
 Each task is a LIBERO `OffScreenRenderEnv` built once (`hard_reset=False`: a reset re-uses the compiled model
-and GL context, 0.5 s instead of 20 s) and reset to one of the task's fixed initial states:
-`env.reset()`, `env.set_init_state(init_states[trial])`, then `num_settle_steps` no-op steps with the gripper
-open, as LIBERO policies are evaluated. The initial state holds joint positions and velocities only: LIBERO
-places fixtures (cabinets, stoves, ...) at every reset by sampling NumPy's global generator, so we seed it per
-(task, trial) during the reset, and we clear the gripper command robosuite keeps between soft resets. Equal
-reset ids therefore give identical starts (state and images) regardless of what the env did before.
+and GL context, 0.5 s instead of 20 s) and reset to one of the task's starts, then run `num_settle_steps` no-op
+steps with the gripper open, as LIBERO policies are evaluated. With `init_states="fixed"` a start is
+`env.reset()` then `env.set_init_state(init_states[trial])`; with "sampled" it is `env.reset()` alone, LIBERO's
+own start sampler with robosuite's default joint noise on the arm. Either way LIBERO samples NumPy's global
+generator during the reset (the fixtures' placement, which a saved state does not hold; the whole start when
+sampled), so we seed it per (task, trial) during the reset, and we clear the gripper command robosuite keeps
+between soft resets. Equal reset ids therefore give identical starts (state and images) regardless of what the
+env did before.
 
 Observations are LIBERO's own (robosuite samples its observables on its own clock inside a control step;
 policies are trained on exactly these), only flipped upright and reduced to the 8-D proprio state. Speed on
 llvmpipe (see the package README): the model's shadow map and multisampling are switched off before the GL
-context is made (shadowsize=0, offsamples=0).
+context is made (shadowsize=0, offsamples=0); cameras render only the frames observations return
+(`vla_envs.libero.render`); meshes may be drawn on a coarser grid (`render_mesh_grid`).
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ import numpy as np
 
 from vla_envs.config import EnvConfig
 from vla_envs.libero.options import MAIN_CAMERA, WRIST_CAMERA, LiberoOptions
+from vla_envs.libero.render import LazyCameraFrames
 from vla_envs.libero.suites import LiberoTask, suite_benchmark
 from vla_envs.sim import ObsRow, SimSpec
 
 STATE_DIM = 8
 ACTION_DIM = 7
+#: robosuite's default initialization noise ("default": Gaussian, 0.02 rad per arm joint), which LIBERO's saved
+#: initial states carry; LIBERO's `ControlEnv` switches it off, the "sampled" starts switch it back on.
+SAMPLED_JOINT_NOISE = "default"
 
 
 def quat2axisangle(quat: np.ndarray) -> np.ndarray:
@@ -82,10 +89,14 @@ def _seeded_global_numpy(seed: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def fast_render_models() -> Iterator[None]:
+def fast_render_models(mesh_grid: float = 0.0) -> Iterator[None]:
     """While active, every robosuite `MjSim` is created with shadowsize=0 and offsamples=0 (5x faster on
-    llvmpipe). The render context reads these when it is made, so they must be set before, not after."""
+    llvmpipe) and, with `mesh_grid` > 0 (metres), its meshes drawn on that grid (`simplify_drawn_meshes`, each
+    face keeping its own corner normals). The render context reads these when it is made (it uploads the meshes
+    then), so they must be set before, not after."""
     from robosuite.utils import binding_utils
+
+    from vla_envs.metaworld.meshes import simplify_drawn_meshes
 
     original = binding_utils.MjSim.__dict__["from_xml_string"]
 
@@ -94,6 +105,8 @@ def fast_render_models() -> Iterator[None]:
         quality = sim.model._model.vis.quality
         quality.shadowsize = 0
         quality.offsamples = 0
+        if mesh_grid > 0:
+            simplify_drawn_meshes(sim.model._model, mesh_grid, corners="face")
         return sim
 
     binding_utils.MjSim.from_xml_string = classmethod(from_xml_string)
@@ -118,8 +131,9 @@ class LiberoTaskEnv:
         self.opts = opts
         bench = suite_benchmark(task.suite)
         self.init_states = np.asarray(bench.get_task_init_states(task.index))
+        self.sampled = opts.init_states == "sampled"
         h, w = opts.image_hw
-        with fast_render_models():
+        with fast_render_models(opts.render_mesh_grid):
             self.env = OffScreenRenderEnv(
                 bddl_file_name=bench.get_task_bddl_file_path(task.index),
                 camera_names=opts.cameras or [MAIN_CAMERA],
@@ -128,32 +142,47 @@ class LiberoTaskEnv:
                 use_camera_obs=opts.render,
                 hard_reset=False,
                 ignore_done=True,  # episode length is enforced by the runner, not robosuite's horizon
+                initialization_noise=SAMPLED_JOINT_NOISE if self.sampled else None,
             )
+        self.lazy: LazyCameraFrames | None = None
+        if opts.render and opts.lazy_render:
+            self.lazy = LazyCameraFrames(self.env.env, [f"{camera}_image" for camera in opts.cameras])
+
+    def observed(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """`raw` with the camera frames it returns rendered (lazy rendering leaves placeholders in it)."""
+        if self.lazy is not None:
+            raw.update(self.lazy.frames())
+        return raw
 
     def reset(self, trial: int) -> dict[str, Any]:
-        """Place initial state `trial`, run the settle steps; returns LIBERO's raw observation dict."""
-        if not 0 <= trial < len(self.init_states):
+        """Place start `trial`, run the settle steps; returns LIBERO's raw observation dict."""
+        if not self.sampled and not 0 <= trial < len(self.init_states):
             raise ValueError(
                 f"LIBERO task {self.task.name!r} has {len(self.init_states)} initial states, got trial {trial}; "
                 "EnvConfig.num_trials_per_task must not exceed it"
             )
+        if self.lazy is not None:
+            self.lazy.install()
         with _seeded_global_numpy(placement_seed(self.task.name, trial)):
-            self.env.reset()
+            raw = self.env.reset()
         for robot in self.env.env.robots:
             # robosuite keeps the gripper's last command between soft resets (a hard reset rebuilds the
             # gripper): clear it, so that a start does not depend on the previous episode.
             robot.gripper.current_action = np.zeros_like(robot.gripper.current_action)
-        # The settle steps render like any step: robosuite samples a camera on its own clock, and switching
-        # cameras off for these steps changes which frames later steps return (measured), so we do not.
-        raw = self.env.set_init_state(self.init_states[trial])
+        # The settle steps sample the cameras like any step: robosuite samples a camera on its own clock, and
+        # switching cameras off for these steps changes which frames later steps return (measured), so we do not
+        # (lazy rendering keeps the clocks and renders only the frame the last settle step returns).
+        if not self.sampled:
+            raw = self.env.set_init_state(self.init_states[trial])
         for _ in range(self.opts.num_settle_steps):
             raw, _, _, _ = self.env.step(self.opts.settle_action)
-        return raw
+        return self.observed(raw)
 
-    def step(self, action: np.ndarray) -> tuple[dict[str, Any], bool]:
-        """One LIBERO step; returns (raw observation, success)."""
-        raw, _, done, _ = self.env.step(action)
-        return raw, bool(done)  # LIBERO's `done` is its success predicate
+    def step(self, action: np.ndarray, *, observe: bool = True) -> tuple[dict[str, Any], bool]:
+        """One LIBERO step; returns (raw observation, success). `observe=False`: the caller does not read this
+        step's camera frames (a repeat that is not a decision's last), which lazy rendering then skips."""
+        raw, _, done, _ = self.env.step(action)  # LIBERO's `done` is its success predicate
+        return (self.observed(raw) if observe else raw), bool(done)
 
     def close(self) -> None:
         self.env.close()
@@ -218,10 +247,11 @@ class LiberoSim:
         action = np.asarray(action, dtype=np.float64)
         success = False
         for _ in range(self.cfg.action_repeat):
-            raw, succ = te.step(action)
+            raw, succ = te.step(action, observe=False)
             success = success or succ
             if success and not self.cfg.ignore_terminations:
                 break  # the episode ends here; further repeats would be wasted
+        raw = te.observed(raw)  # the frames of the decision's last control step
         reward = decision_reward(success, self._prev_success, self.opts)
         self._prev_success = success
         return self._obs(raw), reward, success, False

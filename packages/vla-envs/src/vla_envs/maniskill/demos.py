@@ -25,12 +25,15 @@ import json
 import multiprocessing as mp
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vla_envs.config import EnvConfig
 from vla_envs.maniskill.tasks import TASKS
+
+if TYPE_CHECKING:
+    from vla_envs.demos import Progress
 
 DEMO_TRIAL_OFFSET = 100_000  # demo starts never coincide with the adapter's evaluation trials (ids < offset)
 SOLUTIONS_MODULE = "mani_skill.examples.motionplanning.panda.solutions"
@@ -196,7 +199,7 @@ def generate_maniskill_demos(
     seed: int = 0,
     keep_failed: bool = True,
     settle_steps: int = 20,
-    progress: bool = True,
+    progress: Progress = True,
 ) -> dict[str, Any]:
     """Generate motion-planner demos (module docstring) and write them in the `vla_envs.demos` format.
 
@@ -216,15 +219,13 @@ def generate_maniskill_demos(
         keep_failed: Keep episodes whose plan or conversion failed (marked `success: false`).
         settle_steps: After the converted plan, hold still (zero arm delta, same gripper command) for up to this
             many steps until success (several tasks also require the robot and objects to be static).
-        progress: Show a tqdm progress bar.
+        progress: A tqdm progress bar (True), none (False), or a bar factory (`vla_envs.demos.Progress`).
 
     Returns:
         The metadata written to meta.json: `success_rate` = successes / episodes written, and
         `attempt_success_rate` = successes / `attempted_episodes` (planner failures included).
     """
-    from tqdm import tqdm
-
-    from vla_envs.demos import _write
+    from vla_envs.demos import progress_bar, write_demos
     from vla_envs.maniskill.runtime import check_task
 
     if episodes_per_task < 1:
@@ -254,7 +255,7 @@ def generate_maniskill_demos(
             jobs.append((cfg_dict, trials[k : k + episodes_per_job], keep_failed, settle_steps))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    bar = tqdm(total=len(tasks) * episodes_per_task, desc="maniskill demos", unit="ep", disable=not progress)
+    bar = progress_bar(progress, total=len(tasks) * episodes_per_task, desc="maniskill demos", unit="ep")
     results: list[dict[str, Any] | None] = [None] * len(jobs)
     if num_workers == 0:
         for i, job in enumerate(jobs):
@@ -272,7 +273,7 @@ def generate_maniskill_demos(
         raise RuntimeError(f"no demonstration succeeded for {tasks} (keep_failed={keep_failed})")
     if len(tasks) > 1:
         cfg = cfg.replace(task=None, task_set=list(tasks))
-    meta = _write(out, cfg, kept)
+    meta = write_demos(out, cfg, kept)
     # Planner attempts that left no episode (no plan found, or failures not kept) still count as failures.
     attempted = len(tasks) * episodes_per_task
     successes = sum(e["success"] for e in meta["episodes"])

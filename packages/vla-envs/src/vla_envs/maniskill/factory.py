@@ -6,7 +6,7 @@ from vla_envs.base import BatchedEnv
 from vla_envs.config import EnvConfig
 from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.options import resolve_options
-from vla_envs.maniskill.runtime import VULKAN_HELP, ManiSkillUnavailableError, check_task
+from vla_envs.maniskill.runtime import ManiSkillUnavailableError, check_task
 from vla_envs.sim import SimSpec
 
 CPU_BUILDER = "vla_envs.maniskill.cpu_sim:build_maniskill_sims"
@@ -48,7 +48,6 @@ def make_maniskill_env(cfg: EnvConfig) -> BatchedEnv:
         return ManiSkillGPUEnv(cfg, opts)
 
     from vla_envs.vector import VectorEnv
-    from vla_envs.workers import WorkerError
 
     low, high = opts.action_bounds
     spec = SimSpec(
@@ -60,9 +59,4 @@ def make_maniskill_env(cfg: EnvConfig) -> BatchedEnv:
     )
     if opts.put_on_plate:
         spec.options["asset_roots"] = tuple(str(p) for p in put_on_plate.asset_roots(opts.asset_dir))
-    try:
-        return VectorEnv(cfg, spec)
-    except WorkerError as exc:
-        if "ManiSkillUnavailableError" in str(exc):
-            raise ManiSkillUnavailableError(f"{VULKAN_HELP}\n{exc}") from exc
-        raise
+    return VectorEnv(cfg, spec)  # a worker that finds no Vulkan device raises ManiSkillUnavailableError

@@ -32,7 +32,8 @@ from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.cpu_sim import instruction_for, reset_seed
 from vla_envs.maniskill.observations import batch_obs
 from vla_envs.maniskill.options import ManiSkillOptions
-from vla_envs.maniskill.runtime import make_raw_env
+from vla_envs.maniskill.runtime import make_task_env
+from vla_envs.video import EpisodeVideoRecorder
 
 
 def _tree_index(tree: Any, idx: Any) -> Any:
@@ -79,7 +80,7 @@ class ManiSkillGPUEnv(BatchedEnv):
         self.num_reset_states = cfg.num_trials_per_task
         self.family = opts.put_on_plate  # a PutOnPlateInScene25 task: its instruction, reward, episode ids
         self.instruction = "" if self.family else instruction_for(opts)
-        self.env = make_raw_env(opts.task, **opts.make_kwargs(num_envs=cfg.num_envs))
+        self.env = make_task_env(opts, num_envs=cfg.num_envs)
         self.base = self.env.unwrapped
         self.device = self.base.device
         b = self.num_envs
@@ -96,6 +97,12 @@ class ManiSkillGPUEnv(BatchedEnv):
         self._rng = np.random.default_rng(cfg.seed)
         self._steps = torch.zeros(b, dtype=torch.int64, device=self.device)  # steps since reset (time limit)
         self.episodes = EpisodeTracker(b, auto_reset=cfg.auto_reset, merge=_merge_rows)
+        # episode videos of the first `video.max_envs` rows, their frames copied to the host as they are observed
+        self.video = (
+            EpisodeVideoRecorder(cfg.video, b, tag=str(cfg.extra.get("video_tag", "episode")))
+            if cfg.video.save_video
+            else None
+        )
         self._closed = False
 
     # ------------------------------------------------------------------ helpers
@@ -225,6 +232,8 @@ class ManiSkillGPUEnv(BatchedEnv):
         self._steps.zero_()
         obs = self._obs(raw_obs)
         self.episodes.start(obs)
+        if self.video is not None:
+            self.video.start(self._host_images(obs))
         return obs
 
     def step(self, actions: Any) -> StepResult:
@@ -276,6 +285,8 @@ class ManiSkillGPUEnv(BatchedEnv):
             newly = term | trunc
             if bool(newly.any()):
                 final_obs = obs if final_obs is None else _merge_rows(final_obs, obs, newly)
+            if self.video is not None:
+                self._record_step(obs, live, rewards[:, t], success[:, : t + 1])
             ended |= newly
         # the chunk's per-row counts in one device -> host copy
         chunk_return, taken, succeeded, done = (
@@ -293,6 +304,11 @@ class ManiSkillGPUEnv(BatchedEnv):
             ended_np,
             lambda rows: self._obs(self._reset_rows_random(rows)),
         )
+        if self.video is not None and ended_np.any():
+            images = self._host_images(obs) if self.cfg.auto_reset else None
+            for r in self.video.rows:
+                if ended_np[r]:
+                    self.video.finish(r, None if images is None else images[r])
         return StepResult(
             obs=obs,
             rewards=rewards,
@@ -304,8 +320,39 @@ class ManiSkillGPUEnv(BatchedEnv):
             infos={"success": success.cpu().numpy(), "worker_restarts": 0},
         )
 
+    def set_video_tag(self, tag: str) -> None:
+        """Name prefix of the video files written from now on (`{tag}_env{row}_ep{n}.mp4`); episodes in progress
+        are written under the new tag. No-op without `save_video`."""
+        if self.video is not None:
+            self.video.tag = str(tag)
+
     def close(self) -> None:
-        """Close the ManiSkill env (idempotent)."""
+        """Write pending videos and close the ManiSkill env (idempotent)."""
         if not self._closed:
             self._closed = True
+            if self.video is not None:
+                self.video.close()
             self.env.close()
+
+    # ------------------------------------------------------------------ videos
+    def _host_images(self, obs: Obs) -> np.ndarray:
+        """The recorded rows' frames as a host uint8 array [rows, H, W, 3] (row r at index r)."""
+        assert self.video is not None
+        n = len(self.video.rows)
+        return np.asarray(obs["images"][:n].detach().cpu().numpy(), dtype=np.uint8)
+
+    def _record_step(self, obs: Obs, live: Any, reward: Any, success: Any) -> None:
+        """One frame per recorded row that is still in its episode, with its step, reward and success so far."""
+        assert self.video is not None
+        n = len(self.video.rows)
+        images = self._host_images(obs)
+        live_h, reward_h = live[:n].cpu().numpy(), reward[:n].cpu().numpy()
+        success_h = success[:n].any(dim=1).cpu().numpy()
+        succeeded = self.episodes.succeeded()
+        steps = self._steps[:n].cpu().numpy()  # steps into each row's episode
+        for r in self.video.rows:
+            if live_h[r]:
+                self.video.add(
+                    r, images[r], step=int(steps[r]), reward=float(reward_h[r]),
+                    success=bool(succeeded[r] or success_h[r]),
+                )  # fmt: skip

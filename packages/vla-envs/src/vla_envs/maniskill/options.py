@@ -14,6 +14,7 @@ from vla_envs.maniskill.put_on_plate import (
     OBJ_SETS,
     is_put_on_plate,
 )
+from vla_envs.maniskill.put_on_plate_cost import GRASP_CHECKS, check_render_scale, scaled_hw
 
 SIM_BACKENDS = ("cpu", "gpu")
 REWARD_MODES = ("sparse", "dense", "normalized_dense")
@@ -36,9 +37,18 @@ EXTRA_KEYS = (
     "use_rel_reward",
     "asset_dir",
     "gripper_action",
+    "grasp_check",
+    "render_scale",
 )
-# Keys only the PutOnPlateInScene25 tasks read (see vla_envs.maniskill.put_on_plate).
-PUT_ON_PLATE_KEYS = ("obj_set", "use_rel_reward", "asset_dir", "gripper_action")
+# Keys only the PutOnPlateInScene25 tasks read (see vla_envs.maniskill.put_on_plate and put_on_plate_cost).
+PUT_ON_PLATE_KEYS = (
+    "obj_set",
+    "use_rel_reward",
+    "asset_dir",
+    "gripper_action",
+    "grasp_check",
+    "render_scale",
+)
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:
@@ -90,6 +100,8 @@ class ManiSkillOptions:
     asset_dir: str | None = None
     gripper_action: str = "threshold"
     tasks: tuple[str, ...] = ()
+    grasp_check: str = "source"
+    render_scale: float = 1.0
 
     @property
     def task_list(self) -> list[str]:
@@ -293,10 +305,30 @@ def _resolve_put_on_plate(
             gripper_action,
             "'threshold' (action in [0, 1], > 0.5 opens: the reference's widowx_bridge setup) or 'signed' ([-1, 1])",
         )
+    grasp_check = extra.get("grasp_check", "source")
+    if grasp_check not in GRASP_CHECKS:
+        _fail(
+            "extra['grasp_check']",
+            grasp_check,
+            "'source' (the task's grasp flag asks only about the episode's object: same flags, cheaper) or 'all'",
+        )
+    render_scale = extra.get("render_scale", 1.0)
+    problem = check_render_scale(render_scale)
+    if problem is not None:
+        _fail("extra['render_scale']", render_scale, problem)
+    render_h, render_w = scaled_hw(render_scale)
+    if render_h < cfg.image_hw[0] or render_w < cfg.image_hw[1]:
+        _fail(
+            "extra['render_scale']",
+            render_scale,
+            f"a scale whose render ({render_w} x {render_h}) is at least image_size {tuple(cfg.image_hw)}",
+        )
     env_kwargs = extra.get("env_kwargs", {})
     if not isinstance(env_kwargs, dict):
         _fail("extra['env_kwargs']", env_kwargs, "a dict of keyword arguments for gym.make")
     return ManiSkillOptions(
+        grasp_check=grasp_check,
+        render_scale=float(render_scale),
         gripper_action=gripper_action,
         tasks=tasks,
         task=task,

@@ -40,14 +40,16 @@ from typing import Any
 import numpy as np
 
 TASK_CODE_HELP = (
-    "the PutOnPlateInScene25 tasks are defined by the reference framework's package: install it with "
+    "the PutOnPlateInScene25 tasks are defined by the reference framework's package: run "
     "`pip install --no-deps rlinf==0.3.0` (its declared dependencies are not needed; it needs omegaconf)"
 )
+#: The folder of the stand-in pack that `STANDIN_HELP`'s command writes.
+STANDIN_DIR = "~/.maniskill-standin"
 STANDIN_HELP = (
-    "write a stand-in pack with `python scripts/maniskill_standin_assets.py --out DIR` and set "
-    "`MS_ASSET_DIR=DIR MANISKILL_ASSET_DIR=DIR` (or `extra.asset_dir: DIR`), or point them at the real assets "
-    "(ManiSkill's bridge_v2_real2sim + widowx250s under $MS_ASSET_DIR/data, RLinf's maniskill_assets "
-    "dataset's carrot/ under $MANISKILL_ASSET_DIR)"
+    f"run `python scripts/maniskill_standin_assets.py --out {STANDIN_DIR} && export "
+    f"MS_ASSET_DIR={STANDIN_DIR} MANISKILL_ASSET_DIR={STANDIN_DIR}` in the repository to use a stand-in pack, or "
+    "point both variables (or extra.asset_dir) at the real assets (ManiSkill's bridge_v2_real2sim + widowx250s "
+    "under $MS_ASSET_DIR/data, RLinf's maniskill_assets dataset's carrot/ under $MANISKILL_ASSET_DIR)"
 )
 
 TRAIN_TASKS = (
@@ -192,8 +194,16 @@ def check_assets(task: str, asset_dir: str | None = None) -> None:
     if problems:
         more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
         raise PutOnPlateAssetsError(
-            f"ManiSkill task {task!r} cannot find its assets: {'; '.join(problems[:3])}{more}. To fix it: {STANDIN_HELP}"
+            f"ManiSkill task {task!r} cannot find its assets: {'; '.join(problems[:3])}{more}: {STANDIN_HELP}"
         )
+
+
+def check_task_code_installed() -> None:
+    """Raise `SimulatorNotInstalled` when the task code's package (`rlinf`) is not installed (not imported)."""
+    from vla_envs.setup_errors import SimulatorNotInstalled, missing_modules
+
+    if missing_modules(["rlinf"]):
+        raise SimulatorNotInstalled(f"the Python package rlinf is not installed: {TASK_CODE_HELP}")
 
 
 def import_task_code() -> Any:
@@ -206,7 +216,9 @@ def import_task_code() -> Any:
         import rlinf.envs.maniskill  # noqa: F401  (imports every task module, which registers the ids)
         from rlinf.envs.maniskill.tasks import put_on_in_scene_multi
     except ImportError as exc:
-        raise ImportError(
+        from vla_envs.setup_errors import SimulatorNotInstalled
+
+        raise SimulatorNotInstalled(
             f"cannot import the reference's ManiSkill task code ({exc}); {TASK_CODE_HELP}"
         ) from exc
     _give_main_image_its_obj_set()

@@ -18,12 +18,28 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
-from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, run_demo_jobs, stack_steps, write_demos
+from vla_envs.demos import (
+    DEMO_TRIAL_OFFSET,
+    STEP_KEYS,
+    Progress,
+    run_demo_jobs,
+    stack_steps,
+    write_demos,
+)
 from vla_envs.maniskill import put_on_plate
 
 
-def put_on_plate_demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> dict[str, Any]:
+def put_on_plate_demo_settings(
+    cfg: EnvConfig,
+    *,
+    episodes_per_task: int,
+    seed: int = 0,
+    perturb_xyz: float = 0.0,
+    perturb_turn: float = 0.0,
+) -> dict[str, Any]:
     """The keywords of `generate_put_on_plate_demos` that record demos as env `cfg` observes and acts.
+
+    `perturb_xyz` / `perturb_turn`: noise on the executed actions (`generate_put_on_plate_demos`).
 
     Raises:
         ValueError: `cfg` is not one PutOnPlateInScene25 task (ManiSkill's other tasks have motion-planner demos:
@@ -31,6 +47,9 @@ def put_on_plate_demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: 
     """
     from vla_envs.maniskill.options import resolve_options
 
+    for name, value in (("perturb_xyz", perturb_xyz), ("perturb_turn", perturb_turn)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ValueError(f"{name}={value!r} is invalid: a standard deviation >= 0")
     opts = resolve_options(cfg)
     if not opts.put_on_plate or len(opts.task_list) != 1:
         raise ValueError(
@@ -49,6 +68,10 @@ def put_on_plate_demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: 
         "use_rel_reward": bool(opts.use_rel_reward),
         "gripper_action": opts.gripper_action,
         "asset_dir": opts.asset_dir,
+        "grasp_check": opts.grasp_check,
+        "render_scale": opts.render_scale,
+        "perturb_xyz": float(perturb_xyz),
+        "perturb_turn": float(perturb_turn),
         "seed": int(seed),
     }
 
@@ -68,8 +91,21 @@ def _env_config(settings: dict[str, Any]) -> EnvConfig:
             "use_rel_reward": settings["use_rel_reward"],
             "gripper_action": settings["gripper_action"],
             "asset_dir": settings["asset_dir"],
+            "grasp_check": settings["grasp_check"],
+            "render_scale": settings["render_scale"],
         },
     )
+
+
+def perturbed(action: np.ndarray, rng: np.random.Generator, settings: dict[str, Any]) -> np.ndarray:
+    """The action executed for the expert's `action` [7]: Gaussian noise of std `perturb_xyz` (metres) on the
+    end-effector move and `perturb_turn` (radians) on the turn; the gripper command as the expert gives it."""
+    out = np.array(action, dtype=np.float32)
+    if settings["perturb_xyz"] > 0:
+        out[:3] += rng.normal(0.0, settings["perturb_xyz"], 3).astype(np.float32)
+    if settings["perturb_turn"] > 0:
+        out[5] += np.float32(rng.normal(0.0, settings["perturb_turn"]))
+    return out
 
 
 def _run_job(args: tuple[dict[str, Any], tuple[str, str], list[int]]) -> dict[str, Any]:
@@ -96,9 +132,10 @@ def _run_job(args: tuple[dict[str, Any], tuple[str, str], list[int]]) -> dict[st
             expert.reset()
             success = False
             length = 0
+            rng = np.random.default_rng([demo_trial, 53])  # the same perturbations whatever the job split
             for t in range(cfg.max_episode_steps):
                 action = expert.act(sim.base)
-                next_obs, reward, succ, _ = sim.step(action)
+                next_obs, reward, succ, _ = sim.step(perturbed(action, rng, settings))
                 steps["images"].append(obs["images"])
                 steps["wrist_images"].append(None)
                 steps["states"].append(obs["states"])
@@ -140,11 +177,15 @@ def generate_put_on_plate_demos(
     use_rel_reward: bool = True,
     gripper_action: str = "threshold",
     asset_dir: str | None = None,
+    grasp_check: str = "source",
+    render_scale: float = 1.0,
+    perturb_xyz: float = 0.0,
+    perturb_turn: float = 0.0,
     seed: int = 0,
     num_workers: int = 2,
     episodes_per_job: int = 5,
     start_method: str = "forkserver",
-    progress: bool = True,
+    progress: Progress = True,
 ) -> dict[str, Any]:
     """Run the scripted expert (module docstring) and write a demo directory; returns its metadata.
 
@@ -153,13 +194,18 @@ def generate_put_on_plate_demos(
         task: A PutOnPlateInScene25 task id.
         episodes_per_task: Episodes to record (failures included).
         image_size, max_episode_steps, action_repeat, reward_mode, obj_set, use_rel_reward, gripper_action,
-            asset_dir: As in the env config (`put_on_plate_demo_settings` copies them from it).
+            asset_dir, grasp_check, render_scale: As in the env config (`put_on_plate_demo_settings` copies them
+            from it).
+        perturb_xyz, perturb_turn: Standard deviations (metres, radians) of Gaussian noise added to the
+            end-effector move and turn of every executed action. The recorded action stays the expert's own for
+            the state observed, so the demos show states off the expert's path labelled with how the expert
+            leaves them (noise injection into the demonstrator); 0 records the expert's path.
         seed: Base seed; demo k uses trial DEMO_TRIAL_OFFSET + seed * episodes_per_task + k.
         num_workers: Worker processes (0 = in this process, which must not have imported ManiSkill for other
             asset folders). Each builds one env (20-60 s on a CPU renderer).
         episodes_per_job: Episodes per work item (one shard each).
         start_method: multiprocessing start method.
-        progress: Show a tqdm progress bar.
+        progress: A tqdm progress bar (True), none (False), or a bar factory (`vla_envs.demos.Progress`).
     """
 
     from vla_envs.maniskill.runtime import check_task
@@ -176,10 +222,17 @@ def generate_put_on_plate_demos(
         "use_rel_reward": use_rel_reward,
         "gripper_action": gripper_action,
         "asset_dir": asset_dir,
+        "grasp_check": grasp_check,
+        "render_scale": render_scale,
+        "perturb_xyz": perturb_xyz,
+        "perturb_turn": perturb_turn,
         "seed": seed,
     }
     cfg = _env_config(settings)
-    put_on_plate_demo_settings(cfg, episodes_per_task=episodes_per_task)  # validates the task and options
+    # validates the task and options
+    put_on_plate_demo_settings(
+        cfg, episodes_per_task=episodes_per_task, perturb_xyz=perturb_xyz, perturb_turn=perturb_turn
+    )
     check_task(task, asset_dir=asset_dir)
     roots = tuple(str(r) for r in put_on_plate.asset_roots(asset_dir))
     base = seed * episodes_per_task

@@ -9,13 +9,16 @@ robot's root frame (metres; a rotation about the root's vertical axis, radians) 
              object's long axis (the objects lie flat; their long axis is their local x)
     descend  lower to the grasp height (fingertips just above the table)
     close    close the gripper and hold still for `close_steps` decisions
-    lift     raise the object to `carry` height
+    lift     raise the object straight up to `carry` height
     carry    move over the plate
     lower    lower the object until it is just above the plate
     open     open the gripper (the object drops onto the plate) and hold still
 
 Each phase ends when the controller's target has reached the phase's goal and the measured end effector is
-within `tolerance` of it; the expert does not look at the task's success flag.
+within `tolerance` of it (or the target has stayed there `stall_steps` decisions: the arm is blocked); the expert does not look at the task's success flag. While lifting, carrying or lowering,
+an object the fingers no longer hold (the task agent's own grasp check, `lost_steps` decisions in a row) sends the
+expert back to `above` with the gripper open: it acts on the state it finds, so it also labels states off its own
+path (perturbed demos, `put_on_plate_demos`).
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ class ExpertSettings:
         release_clearance: Height of the held object's bottom above the plate's top at release.
         tolerance: Distance between the measured end effector and a phase's goal that ends the phase.
         close_steps: Decisions spent closing the gripper; open_steps: decisions spent opening it.
+        lost_steps: Decisions in a row without a grasp of the object, while carrying it, that start the pick again.
+        stall_steps: Decisions with the target at a phase's goal after which the phase ends even if the measured
+            end effector is not within `tolerance` (blocked).
     """
 
     max_move: float = 0.04
@@ -56,6 +62,8 @@ class ExpertSettings:
     tolerance: float = 0.012
     close_steps: int = 2
     open_steps: int = 2
+    lost_steps: int = 2
+    stall_steps: int = 3
 
 
 def _quat_to_matrix(q: np.ndarray) -> np.ndarray:
@@ -98,12 +106,14 @@ class PutOnPlateExpert:
         self.close_value = 0.0 if gripper_action == "threshold" else -1.0
         self.phase = 0
         self._count = 0
+        self._lost = 0
         self._table_z: float | None = None
 
     def reset(self) -> None:
         """Start a new episode (call after the env's reset)."""
         self.phase = 0
         self._count = 0
+        self._lost = 0
         self._table_z = None
 
     @property
@@ -127,6 +137,12 @@ class PutOnPlateExpert:
             return root_r.T @ (p_world - root_p)
 
         name = self.phase_name
+        if name in ("lift", "carry", "lower"):
+            held = bool(task.agent.is_grasping(task.objs[task.source_obj_name])[0])
+            self._lost = 0 if held else self._lost + 1
+            if self._lost >= s.lost_steps:  # dropped or never picked: open and pick again
+                self.phase, self._count, self._lost = PHASES.index("above"), 0, 0
+                name = self.phase_name
         if name in ("above", "descend") or self._table_z is None:
             # the object settles on the table after the reset (it is dropped from a few cm): follow it until the
             # grasp, then keep that height
@@ -150,7 +166,9 @@ class PutOnPlateExpert:
             goal_world = None
             grip = self.close_value
         elif name in ("lift", "carry"):
-            xy = obj_p[:2] if name == "lift" else plate_p[:2]
+            # lift straight up from where the grasp closed (the held object's centre may sit off the fingers' axis,
+            # so following it would chase it), then over the plate
+            xy = (root_p + root_r @ target_p)[:2] if name == "lift" else plate_p[:2]
             goal_world = np.array([xy[0], xy[1], ee_world_z["carry"]])
             grip = self.close_value
         elif name == "lower":
@@ -173,8 +191,12 @@ class PutOnPlateExpert:
             delta = np.clip(goal - target_p, -s.max_move, s.max_move)
             turn = float(np.clip(turn, -s.max_turn, s.max_turn))
             reached_target = np.all(np.abs(goal - target_p - delta) < 1e-9) and abs(turn) < 0.05
-            if reached_target and np.linalg.norm(goal - ee_p) < s.tolerance:
+            # a target held at the goal for `stall_steps` decisions ends the phase too: the arm is blocked (the
+            # fingers on the object, the object on the plate's rim) and waiting would not move it
+            self._count = self._count + 1 if reached_target else 0
+            if reached_target and (np.linalg.norm(goal - ee_p) < s.tolerance or self._count >= s.stall_steps):
                 self.phase += 1
+                self._count = 0
         action = np.zeros(7, dtype=np.float32)
         action[:3] = delta
         action[5] = turn

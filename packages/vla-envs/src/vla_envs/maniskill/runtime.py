@@ -1,11 +1,14 @@
 """Importing ManiSkill, checking assets and the Vulkan driver, and creating raw ManiSkill envs.
 
-Three failure modes get a clear error instead of a hang or a bare traceback:
-    * mani-skill not installed -> ImportError naming the extra to install.
+Three failure modes get a one-line `SimulatorSetupError` instead of a hang or a bare traceback:
+    * mani-skill not installed -> `SimulatorNotInstalled` (an ImportError) naming the command that installs it.
     * a task whose assets are not downloaded -> `ManiSkillAssetsMissingError` naming the assets, the download
       command and `MS_ASSET_DIR` (ManiSkill's own `input()` prompt is never reached: we check first, and set
       `MS_SKIP_ASSET_DOWNLOAD_PROMPT=1` so that a prompt that slips through does not block).
     * no usable Vulkan device (SAPIEN needs one even for state observations) -> `ManiSkillUnavailableError`.
+`check_setup` finds what it can before any simulator starts (packages, the PutOnPlateInScene25 asset files, the
+Vulkan loader and driver manifests); a Vulkan driver that cannot create a device shows only when a worker builds
+its env, with the same error.
 """
 
 from __future__ import annotations
@@ -15,16 +18,21 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vla_envs.config import EnvConfig
 from vla_envs.maniskill import put_on_plate
 from vla_envs.maniskill.put_on_plate import is_put_on_plate
 from vla_envs.maniskill.tasks import TASKS, list_maniskill_tasks
-
-INSTALL_HELP = "install it with `pip install 'vla-envs[maniskill]'` (mani-skill, plus numpy<2 for mplib)"
+from vla_envs.setup_errors import (
+    SYSTEM_DEPS_FIX,
+    DisplayUnavailable,
+    SimulatorAssetsMissing,
+    check_packages,
+    vulkan_problem,
+)
 
 VULKAN_HELP = (
-    "ManiSkill (SAPIEN) needs a Vulkan device even for state observations. On a machine without a GPU "
-    "install Mesa's lavapipe >= 23 (Debian 12: `mesa-vulkan-drivers` from bookworm-backports; "
-    "`bash scripts/install_system_deps.sh` does it); with an NVIDIA GPU install the NVIDIA Vulkan ICD."
+    f"run `{SYSTEM_DEPS_FIX}` (Mesa's lavapipe >= 23 on a machine without a GPU; Debian 12 takes it from "
+    "bookworm-backports), or with an NVIDIA GPU install the NVIDIA Vulkan driver"
 )
 
 # Substrings of the errors SAPIEN raises when no suitable Vulkan device exists.
@@ -36,12 +44,33 @@ _VULKAN_ERRORS = (
 )
 
 
-class ManiSkillUnavailableError(RuntimeError):
-    """No usable Vulkan device: ManiSkill envs cannot be created on this machine."""
+class ManiSkillUnavailableError(DisplayUnavailable):
+    """No usable Vulkan device (or, for the GPU backend, no CUDA device): ManiSkill envs cannot be created here."""
 
 
-class ManiSkillAssetsMissingError(FileNotFoundError):
-    """The task needs assets that are not downloaded (the machine may be offline)."""
+class ManiSkillAssetsMissingError(SimulatorAssetsMissing):
+    """The task needs assets that are not on disk (not downloaded, or not where MS_ASSET_DIR points)."""
+
+
+def check_setup(cfg: EnvConfig) -> None:
+    """Raise a `SimulatorSetupError` when this machine lacks what the env of `cfg` needs, found without importing
+    ManiSkill: mani-skill itself, for PutOnPlateInScene25 tasks their task code (`rlinf`) and asset files, and a
+    Vulkan loader with a driver."""
+    from vla_envs.maniskill.options import resolve_options
+
+    opts = resolve_options(cfg)
+    check_packages("maniskill", ("mani_skill",), "maniskill")
+    if opts.put_on_plate:
+        put_on_plate.check_task_code_installed()
+        for task in opts.task_list:
+            try:
+                put_on_plate.check_assets(task, opts.asset_dir)
+            except put_on_plate.PutOnPlateAssetsError as exc:
+                raise ManiSkillAssetsMissingError(str(exc)) from None
+    if (problem := vulkan_problem()) is not None:
+        raise ManiSkillUnavailableError(
+            f"ManiSkill (SAPIEN) needs a Vulkan device and {problem}: {VULKAN_HELP}"
+        )
 
 
 def import_maniskill() -> Any:
@@ -51,11 +80,10 @@ def import_maniskill() -> Any:
         ImportError: mani-skill is not installed (the message names the extra).
     """
     os.environ.setdefault("MS_SKIP_ASSET_DOWNLOAD_PROMPT", "1")
-    try:
-        import gymnasium as gym
-        import mani_skill.envs  # noqa: F401  (registers the envs)
-    except ImportError as exc:
-        raise ImportError(f"ManiSkill is not installed ({exc}); {INSTALL_HELP}") from exc
+    check_packages("maniskill", ("mani_skill",), "maniskill")
+    import gymnasium as gym
+    import mani_skill.envs  # noqa: F401  (registers the envs)
+
     return gym
 
 
@@ -120,11 +148,10 @@ def check_task(
     missing = _missing_assets(env_id, robot_uids)
     if missing:
         raise ManiSkillAssetsMissingError(
-            f"ManiSkill task {env_id!r} needs the asset(s) {missing}, not found under {ASSET_DIR}. On a machine "
-            f"with network access run `python -m mani_skill.utils.download_asset {' '.join(missing)}` (or "
-            f"`python -m mani_skill.utils.download_asset {env_id}`), then copy the data directory here and point "
-            "MS_ASSET_DIR at its parent (default ~/.maniskill). Tasks that need no download: "
-            f"{sorted(TASKS)}"
+            f"ManiSkill task {env_id!r} needs the asset(s) {missing}, not found under {ASSET_DIR}: run "
+            f"`python -m mani_skill.utils.download_asset {' '.join(missing)}` (offline: run it where there is "
+            "network, copy its data folder here and point MS_ASSET_DIR at the folder above it; default "
+            f"~/.maniskill). Tasks that need no download: {', '.join(sorted(TASKS))}"
         )
     if env_id not in TASKS and not allow_unlisted:
         raise ValueError(
@@ -155,21 +182,52 @@ def is_vulkan_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(s in str(exc) for s in _VULKAN_ERRORS)
 
 
-def make_raw_env(env_id: str, **kwargs: Any) -> Any:
+def make_raw_env(env_id: str, *, task_class: Any = None, **kwargs: Any) -> Any:
     """`gym.make(env_id, **kwargs)` with Vulkan errors turned into `ManiSkillUnavailableError`.
 
+    Args:
+        env_id: A registered ManiSkill env id.
+        task_class: Build this subclass of the id's registered class instead (with the id's default keywords
+            and `kwargs`; no gymnasium wrappers): `put_on_plate_cost.task_class`.
+
     Returns:
-        The gymnasium env returned by ManiSkill (use `.unwrapped` for the batched `BaseEnv`).
+        The gymnasium env returned by ManiSkill, or the `task_class` env (use `.unwrapped` for the batched
+        `BaseEnv` either way).
     """
     gym = import_maniskill()
     try:
+        if task_class is not None:
+            from mani_skill.utils.registration import REGISTERED_ENVS
+
+            return task_class(**{**REGISTERED_ENVS[env_id].default_kwargs, **kwargs})
         return gym.make(env_id, **kwargs)
     except RuntimeError as exc:
         if is_vulkan_error(exc):
             raise ManiSkillUnavailableError(
-                f"cannot create ManiSkill env {env_id!r}: {exc}. {VULKAN_HELP}"
+                f"ManiSkill (SAPIEN) found no usable Vulkan device to create env {env_id!r} "
+                f"({_first_line(exc)}): {VULKAN_HELP}"
             ) from exc
         raise
+
+
+def make_task_env(opts: Any, num_envs: int) -> Any:
+    """The raw ManiSkill env of resolved options `opts` (`ManiSkillOptions`) with `num_envs` sub-envs: a
+    PutOnPlateInScene25 task is built as the class its step-cost options give (`put_on_plate_cost.task_class`)."""
+    kwargs = opts.make_kwargs(num_envs=num_envs)
+    if not opts.put_on_plate:
+        return make_raw_env(opts.task, **kwargs)
+    from mani_skill.utils.registration import REGISTERED_ENVS
+
+    from vla_envs.maniskill.put_on_plate_cost import task_class
+
+    registered = REGISTERED_ENVS[opts.task].cls
+    cls = task_class(registered, grasp_check=opts.grasp_check, render_scale=opts.render_scale)
+    return make_raw_env(opts.task, task_class=None if cls is registered else cls, **kwargs)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def maniskill_unavailable_reason() -> str | None:

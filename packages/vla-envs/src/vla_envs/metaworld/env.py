@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
 from vla_envs.config import EnvConfig
 from vla_envs.metaworld.options import resolve_options
 from vla_envs.metaworld.tasks import resolve_tasks
+from vla_envs.setup_errors import check_mujoco_gl, check_packages
 from vla_envs.sim import SimSpec
 from vla_envs.vector import VectorEnv
 
-INSTALL_HINT = "install it with: pip install 'vla-envs[metaworld]' (metaworld==3.1.1, mujoco, packaging)"
-
 
 def check_metaworld_installed() -> None:
-    """Raise ImportError naming what is missing and how to install it."""
-    missing = [m for m in ("metaworld", "mujoco", "packaging") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise ImportError(f"env_type='metaworld' needs the Python package(s) {missing}; {INSTALL_HINT}")
+    """Raise `SimulatorNotInstalled` (an ImportError) naming what is missing and the command that installs it."""
+    check_packages("metaworld", ("metaworld", "mujoco", "packaging"), "metaworld")
+
+
+def check_setup(cfg: EnvConfig) -> None:
+    """Raise a `SimulatorSetupError` when this machine lacks what the env of `cfg` needs: MetaWorld's packages and,
+    when it renders, MuJoCo's OpenGL backend."""
+    check_metaworld_installed()
+    if cfg.render:
+        check_mujoco_gl("metaworld")
 
 
 def metaworld_spec(cfg: EnvConfig) -> SimSpec:

@@ -27,6 +27,13 @@ def cluster_faces(verts: np.ndarray, faces: np.ndarray, grid: float) -> np.ndarr
         faces: int [F, 3] vertex indices of the triangles.
         grid: the cell size in metres (> 0).
     """
+    return cluster_faces_with_sources(verts, faces, grid)[0]
+
+
+def cluster_faces_with_sources(
+    verts: np.ndarray, faces: np.ndarray, grid: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """`cluster_faces` and, for each kept face, the index int [K] of the original face it is drawn from."""
     keys = np.floor(np.asarray(verts, dtype=np.float64) / grid).astype(np.int64)
     _, cell, counts = np.unique(keys, axis=0, return_inverse=True, return_counts=True)
     cell = cell.reshape(-1)
@@ -46,30 +53,45 @@ def cluster_faces(verts: np.ndarray, faces: np.ndarray, grid: float) -> np.ndarr
         (merged[:, 0] != merged[:, 1]) & (merged[:, 1] != merged[:, 2]) & (merged[:, 0] != merged[:, 2])
     )
     _, unique = np.unique(np.sort(merged[kept], axis=1), axis=0, return_index=True)
-    return np.asarray(merged[kept[np.sort(unique)]], dtype=np.int64)
+    sources = kept[np.sort(unique)]
+    return np.asarray(merged[sources], dtype=np.int64), sources
 
 
-def simplify_drawn_meshes(model: Any, grid: float) -> tuple[int, int]:
+#: Where a redrawn face's corner normals and texture coordinates come from (`simplify_drawn_meshes`).
+CORNER_SOURCES = ("vertex", "face")
+
+
+def simplify_drawn_meshes(model: Any, grid: float, *, corners: str = "vertex") -> tuple[int, int]:
     """Redraw every mesh of a compiled `mujoco.MjModel` in place with `cluster_faces` at `grid` metres.
 
-    Each new face corner takes the normal (and texture coordinate) the vertex had in the original faces.
+    `corners="vertex"`: each new face corner takes the normal (and texture coordinate) its vertex had in the original
+    faces (one per vertex). `corners="face"`: each new face keeps the corner normals and texture coordinates of the
+    original face it is drawn from, so flat sides of meshes whose faces share no vertices (boxes exported one
+    vertex per face corner, LIBERO's furniture) keep their own normal and shading.
 
     Returns:
         (triangles before, triangles after) over all meshes.
     """
+    if corners not in CORNER_SOURCES:
+        raise ValueError(f"corners={corners!r} is invalid: one of {CORNER_SOURCES}")
     before = after = 0
     for mesh in range(model.nmesh):
         vert_adr, vert_num = int(model.mesh_vertadr[mesh]), int(model.mesh_vertnum[mesh])
         face_adr, face_num = int(model.mesh_faceadr[mesh]), int(model.mesh_facenum[mesh])
         faces = np.array(model.mesh_face[face_adr : face_adr + face_num], dtype=np.int64)
-        new = cluster_faces(model.mesh_vert[vert_adr : vert_adr + vert_num], faces, grid)
+        verts = model.mesh_vert[vert_adr : vert_adr + vert_num]
+        new, sources = cluster_faces_with_sources(verts, faces, grid)
         k = len(new)
         corner_arrays = [model.mesh_facenormal]
         if int(model.mesh_texcoordadr[mesh]) >= 0:
             corner_arrays.append(model.mesh_facetexcoord)
         for per_corner in corner_arrays:
+            original = np.array(per_corner[face_adr : face_adr + face_num])
+            if corners == "face":
+                per_corner[face_adr : face_adr + k] = original[sources]
+                continue
             of_vertex = np.zeros(vert_num, dtype=np.int64)
-            of_vertex[faces.reshape(-1)] = np.asarray(per_corner[face_adr : face_adr + face_num]).reshape(-1)
+            of_vertex[faces.reshape(-1)] = original.reshape(-1)
             per_corner[face_adr : face_adr + k] = of_vertex[new]
         model.mesh_face[face_adr : face_adr + k] = new
         model.mesh_facenum[mesh] = k

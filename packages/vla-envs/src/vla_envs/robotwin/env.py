@@ -33,6 +33,7 @@ import numpy as np
 from vla_envs.base import BatchedEnv, Obs, StepResult, check_actions, merge_obs_rows
 from vla_envs.config import EnvConfig
 from vla_envs.episodes import EpisodeTracker
+from vla_envs.reset_ids import check_reset_state_ids
 from vla_envs.robotwin.observations import convert_obs
 from vla_envs.robotwin.options import ACTION_DIM, RoboTwinOptions, resolve_options
 from vla_envs.robotwin.runtime import RoboTwinProcess
@@ -120,18 +121,12 @@ class RoboTwinEnv(BatchedEnv):
         return self._rng.integers(0, self.cfg.num_trials_per_task, size=n)
 
     def _check_ids(self, reset_state_ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        ids = np.asarray(reset_state_ids)
-        if ids.shape != (self.num_envs,) or not np.issubdtype(ids.dtype, np.integer):
-            raise ValueError(
-                f"reset_state_ids must be integers of shape [num_envs={self.num_envs}], got shape "
-                f"{tuple(ids.shape)} dtype {ids.dtype}"
-            )
-        if ids.min() < 0 or ids.max() >= self.num_reset_states:
-            raise ValueError(
-                f"reset_state_ids must lie in [0, num_reset_states={self.num_reset_states}) "
-                f"(= num_trials_per_task), got min {ids.min()} max {ids.max()}"
-            )
-        return ids.astype(np.int64)
+        return check_reset_state_ids(
+            reset_state_ids,
+            num_envs=self.num_envs,
+            num_reset_states=self.num_reset_states,
+            layout="= num_trials_per_task",
+        )
 
     # ------------------------------------------------------------------ offload (between rollout phases)
     @property

@@ -22,23 +22,52 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from vla_envs.robotwin.options import RoboTwinOptions
+from vla_envs.config import EnvConfig
+from vla_envs.robotwin.options import RoboTwinOptions, resolve_options
+from vla_envs.setup_errors import SimulatorSetupError
 
 SERVER = Path(__file__).with_name("server.py")
 INSTALL_HELP = (
-    "To run RoboTwin 2.0 (no GPU needed; see the vla-envs README, section RoboTwin 2.0): build its environment "
-    "with `bash scripts/setup_robotwin.sh` (RoboTwin's runtime from PyPI, `rlinf-robotwin-runtime`) and set "
-    "extra['robotwin_python'] (or ROBOTWIN_PYTHON) to its interpreter; download RoboTwin's assets with "
-    "`robotwin-download-assets` (HuggingFace dataset TianxingChen/RoboTwin2.0: embodiments, objects, "
-    "background_texture) and set extra['assets_path'] (or ROBOTWIN_ASSETS_ROOT) to the directory holding "
-    "assets/. A git checkout of RoboTwin's RLinf_support branch works too: ROBOTWIN_PATH=<checkout>."
+    "run `bash scripts/setup_robotwin.sh && export ROBOTWIN_VENV=$PWD/.venv-robotwin "
+    "ROBOTWIN_PYTHON=$PWD/.venv-robotwin/bin/python ROBOTWIN_ASSETS_ROOT=$PWD/.venv-robotwin/robotwin-assets` in "
+    "the repository (RoboTwin's runtime from PyPI with a stand-in robot; a config's extra.robotwin_python and "
+    "extra.assets_path take precedence over these variables; the real assets: `robotwin-download-assets` of that "
+    "environment, or a checkout of RoboTwin's RLinf_support branch as ROBOTWIN_PATH; see the vla-envs README)"
 )
 CHECKOUT_FILES = ("envs/__init__.py", "robotwin/envs/vector_env.py", "task_config/_embodiment_config.yml")
 ASSET_DIRS = ("assets/embodiments", "assets/objects", "assets/background_texture")
 
 
-class RoboTwinUnavailableError(RuntimeError):
+class RoboTwinUnavailableError(SimulatorSetupError):
     """RoboTwin, its assets or its Python requirements are missing, or it cannot build the envs here."""
+
+
+def check_setup(cfg: EnvConfig) -> None:
+    """Raise `RoboTwinUnavailableError` (one line) when this machine lacks what the env of `cfg` needs, before any
+    RoboTwin process starts: the checkout's files, the asset folders, and an interpreter that finds RoboTwin."""
+    opts = resolve_options(cfg)
+    checkout = check_checkout(opts)
+    check_assets(opts)
+    python = check_python(opts, checkout)
+    if python != sys.executable and checkout is None:
+        found = subprocess.run(
+            [python, "-c", "import importlib.util, sys; sys.exit(importlib.util.find_spec('robotwin') is None)"],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=60, env=_foreign_env(),
+        )  # fmt: skip
+        if found.returncode != 0:
+            raise RoboTwinUnavailableError(
+                f"extra['robotwin_python'] (or ROBOTWIN_PYTHON)={python!r} cannot import robotwin (RoboTwin's "
+                f"runtime is not installed there): {INSTALL_HELP}"
+            )
+
+
+def _foreign_env() -> dict[str, str]:
+    """This process's environment without the variables that would show this environment's packages to another
+    interpreter."""
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("PYTHONHOME", None)
+    return env
 
 
 def check_checkout(opts: RoboTwinOptions) -> Path | None:
@@ -47,13 +76,13 @@ def check_checkout(opts: RoboTwinOptions) -> Path | None:
         return None
     root = Path(opts.robotwin_path).expanduser()
     if not root.is_dir():
-        raise RoboTwinUnavailableError(f"ROBOTWIN_PATH={str(root)!r} is not a directory. {INSTALL_HELP}")
+        raise RoboTwinUnavailableError(f"ROBOTWIN_PATH={str(root)!r} is not a directory: {INSTALL_HELP}")
     wanted = (*CHECKOUT_FILES, f"envs/{opts.task}.py")
     missing = [f for f in wanted if not (root / f).is_file()]
     if missing:
         raise RoboTwinUnavailableError(
             f"ROBOTWIN_PATH={str(root)!r} is not a RoboTwin checkout of the RLinf_support branch: missing "
-            f"{missing}. {INSTALL_HELP}"
+            f"{missing}: {INSTALL_HELP}"
         )
     return root
 
@@ -63,14 +92,14 @@ def check_assets(opts: RoboTwinOptions) -> Path:
     if not opts.assets_path:
         raise RoboTwinUnavailableError(
             "env_type='robotwin' needs RoboTwin's assets: none of extra['assets_path'], ROBOTWIN_ASSETS_ROOT, "
-            f"ASSETS_PATH, ROBOTWIN_PATH is set. {INSTALL_HELP}"
+            f"ASSETS_PATH, ROBOTWIN_PATH is set: {INSTALL_HELP}"
         )
     root = Path(opts.assets_path).expanduser().resolve()
     missing = [d for d in ASSET_DIRS if not (root / d).is_dir()]
     if missing:
         raise RoboTwinUnavailableError(
-            f"RoboTwin assets are missing under assets_path={str(root)!r}: {missing}. They are not in any "
-            f"package: download them (embodiments.zip, objects.zip, background_texture.zip). {INSTALL_HELP}"
+            f"RoboTwin assets are missing under assets_path={str(root)!r} (extra['assets_path'] or "
+            f"ROBOTWIN_ASSETS_ROOT): no {', '.join(missing)}: {INSTALL_HELP}"
         )
     return root
 
@@ -80,12 +109,12 @@ def check_python(opts: RoboTwinOptions, checkout: Path | None) -> str:
     python = opts.robotwin_python or sys.executable
     if not os.access(python, os.X_OK):
         raise RoboTwinUnavailableError(
-            f"extra['robotwin_python'] (or ROBOTWIN_PYTHON)={python!r} is not an executable. {INSTALL_HELP}"
+            f"extra['robotwin_python'] (or ROBOTWIN_PYTHON)={python!r} is not an executable: {INSTALL_HELP}"
         )
     if python == sys.executable and checkout is None and importlib.util.find_spec("robotwin") is None:
         raise RoboTwinUnavailableError(
             f"RoboTwin is not installed in this environment ({sys.executable}) and neither "
-            f"extra['robotwin_python'] (ROBOTWIN_PYTHON) nor ROBOTWIN_PATH is set. {INSTALL_HELP}"
+            f"extra['robotwin_python'] (ROBOTWIN_PYTHON) nor ROBOTWIN_PATH is set: {INSTALL_HELP}"
         )
     return python
 
@@ -102,10 +131,8 @@ class RoboTwinProcess:
         python = check_python(opts, checkout)
         ours, theirs = socket.socketpair()
         self._log = tempfile.TemporaryFile(mode="w+b")  # noqa: SIM115 (open while the child lives)
-        env = dict(os.environ)
-        if python != sys.executable:  # a foreign interpreter must not see this environment's packages
-            env.pop("PYTHONPATH", None)
-            env.pop("PYTHONHOME", None)
+        # a foreign interpreter must not see this environment's packages
+        env = _foreign_env() if python != sys.executable else dict(os.environ)
         self._proc = subprocess.Popen(
             [python, str(SERVER), "--fd", str(theirs.fileno())],
             pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=self._log, stderr=self._log, env=env,
@@ -234,7 +261,7 @@ class RoboTwinProcess:
             return reply[1]
         _, kind, message = reply
         if kind == "unavailable":
-            raise RoboTwinUnavailableError(f"{message}. {INSTALL_HELP}")
+            raise RoboTwinUnavailableError(f"{message}: {INSTALL_HELP}")
         if kind == "config":
             raise ValueError(message)
         raise RuntimeError(f"{what} failed in the RoboTwin process: {message}")

@@ -46,7 +46,7 @@ from vla_infra.checkpoint.files import (
     CheckpointSaveError,
     checkpoint_dir,
 )
-from vla_infra.checkpoint.load import LoadedCheckpoint, load_checkpoint
+from vla_infra.checkpoint.load import LoadedCheckpoint, load_checkpoint, read_trainer_state
 from vla_infra.checkpoint.rng import capture_rng_state, restore_rng_state
 from vla_infra.checkpoint.save import save_checkpoint
 from vla_infra.checkpoint.verify import checkpoint_problem, checkpoint_tensor_shapes, is_complete
@@ -65,6 +65,7 @@ __all__ = [
     "is_complete",
     "latest_checkpoint",
     "load_checkpoint",
+    "read_trainer_state",
     "restore_rng_state",
     "save_checkpoint",
 ]

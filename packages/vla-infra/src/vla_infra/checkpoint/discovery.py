@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from vla_infra.checkpoint.files import LEFTOVER_DIR, MANIFEST, STEP_DIR, fsync_dir
+from vla_infra.checkpoint.files import LEFTOVER_DIR, MANIFEST, STEP_DIR, fsync_dir, read_json
 from vla_infra.checkpoint.verify import checkpoint_problem, is_complete
 
 
@@ -20,7 +19,7 @@ def _recover_interrupted_overwrites(base: Path) -> list[Path]:
         match = LEFTOVER_DIR.match(entry.name)
         if match and entry.is_dir() and not (base / match["final"]).exists() and is_complete(entry):
             try:
-                created = float(json.loads((entry / MANIFEST).read_text()).get("created_unix") or 0.0)
+                created = float(read_json(entry / MANIFEST).get("created_unix") or 0.0)
             except (OSError, ValueError, TypeError):
                 created = 0.0
             candidates.setdefault(match["final"], []).append(

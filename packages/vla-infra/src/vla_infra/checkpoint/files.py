@@ -4,9 +4,11 @@ of a save or load uses (hashing, fsync, which rank writes)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import torch.distributed as dist
 
@@ -91,3 +93,14 @@ def write_durable(path: Path, text: str) -> None:
 
 def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def read_json(path: Path) -> Any:
+    """The parsed JSON file at ``path``. Text nested deeper than the parser allows raises ``ValueError`` like
+    any other malformed JSON (``json`` itself raises ``RecursionError``), so every reader's one-line message for a
+    malformed file covers it."""
+    text = path.read_text()
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("it nests deeper than the JSON parser allows") from None

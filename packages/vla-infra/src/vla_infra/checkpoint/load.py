@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from vla_infra.checkpoint.files import (
     is_distributed,
     one_line,
     process_rank,
+    read_json,
 )
 from vla_infra.checkpoint.rng import restore_rng_state
 from vla_infra.checkpoint.state_files import read_state, read_tensors
@@ -85,7 +85,7 @@ def load_checkpoint(
         raise CheckpointError(problem)
     if optimizer is not None and model is None:
         raise ValueError("loading optimizer state needs the model (its keys are parameter names)")
-    manifest = json.loads((path / MANIFEST).read_text())
+    manifest = read_json(path / MANIFEST)
     weights = read_tensors(path / MODEL_FILE)
     result = LoadedCheckpoint(path=path, step=manifest.get("step"), trainer_state={}, manifest=manifest)
     if model is None:
@@ -101,10 +101,7 @@ def load_checkpoint(
     del weights
 
     state_dir = path / STATE_DIR
-    trainer = read_state(state_dir, Path(TRAINER_FILE).stem).get("trainer", {})
-    if not isinstance(trainer, dict):
-        raise CheckpointError(f"{state_dir / TRAINER_FILE} holds no trainer state object")
-    result.trainer_state = trainer
+    result.trainer_state = _trainer_state(path)
     world = dist.get_world_size() if is_distributed() else 1
     saved_world = manifest.get("world_size", 1)
     stem = f"rank{process_rank()}"
@@ -201,3 +198,25 @@ def _optimizer_state_for(
             out[key] = value
         state[fqn] = out
     return {"state": state, "param_groups": groups}
+
+
+def read_trainer_state(ckpt_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The trainer state saved with a checkpoint (what ``save_checkpoint`` got as ``trainer_state``), read without
+    the model or optimizer files (sizes checked, no checksums: a cheap look before a resume).
+
+    Raises:
+        CheckpointError: the checkpoint is incomplete or damaged, or its trainer state is unreadable (one line).
+    """
+    path = Path(ckpt_dir)
+    problem = checkpoint_problem(path, checksums=False)
+    if problem is not None:
+        raise CheckpointError(problem)
+    return _trainer_state(path)
+
+
+def _trainer_state(path: Path) -> dict[str, Any]:
+    state_dir = path / STATE_DIR
+    trainer = read_state(state_dir, Path(TRAINER_FILE).stem).get("trainer", {})
+    if not isinstance(trainer, dict):
+        raise CheckpointError(f"{state_dir / TRAINER_FILE} holds no trainer state object")
+    return trainer

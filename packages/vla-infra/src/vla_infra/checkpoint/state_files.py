@@ -12,7 +12,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from vla_infra.checkpoint.files import CheckpointError, one_line
+from vla_infra.checkpoint.files import CheckpointError, one_line, read_json
 
 
 def own_storage(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -121,7 +121,7 @@ def read_state(folder: Path, stem: str) -> dict[str, Any]:
     """What :func:`write_state` wrote (JSON and safetensors only: nothing in them can run)."""
     file = folder / f"{stem}.json"
     try:
-        data = json.loads(file.read_text())
+        data = read_json(file)
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{file} is not a readable JSON file: {one_line(exc)}") from None
     if not isinstance(data, dict):

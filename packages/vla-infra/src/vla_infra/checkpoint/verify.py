@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from vla_infra.checkpoint.files import (
     TRAINER_FILE,
     CheckpointError,
     one_line,
+    read_json,
     sha256_file,
 )
 
@@ -34,12 +34,14 @@ def checkpoint_problem(ckpt_dir: str | os.PathLike[str], *, checksums: bool = Tr
     if not (path / COMPLETE_MARKER).is_file():
         return f"{path} is not a complete checkpoint: no {COMPLETE_MARKER} marker (its save was interrupted)"
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
+        manifest = read_json(path / MANIFEST)
         files = {str(rel): int(size) for rel, size in dict(manifest["files"]).items()}
         hashes = dict(manifest.get("sha256") or {})
         version = manifest.get("format_version")
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return f"{path / MANIFEST} is missing or unreadable ({type(exc).__name__}): the checkpoint cannot be checked"
+        return (
+            f"{path / MANIFEST} is missing or unreadable ({one_line(exc)}): the checkpoint cannot be checked"
+        )
     if version != FORMAT_VERSION:
         return (
             f"{path} is in checkpoint format {version!r}; this version reads format {FORMAT_VERSION} only "
@@ -84,13 +86,13 @@ def checkpoint_tensor_shapes(ckpt_dir: str | os.PathLike[str]) -> dict[str, list
     problem = checkpoint_problem(path, checksums=False)
     if problem is not None:
         raise CheckpointError(problem)
-    files = json.loads((path / MANIFEST).read_text())["files"]
+    files = read_json(path / MANIFEST)["files"]
     shapes: dict[str, list[int]] = {}
     for rel in sorted(files):
         file = path / rel
         try:
             if rel.endswith(".json"):
-                json.loads(file.read_text())
+                read_json(file)
             elif rel.endswith(".safetensors"):
                 with safe_open(str(file), framework="pt") as handle:
                     if rel == MODEL_FILE:

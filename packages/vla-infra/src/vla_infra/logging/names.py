@@ -12,6 +12,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from vla_infra.workers.failures import phase
+
 __all__ = ["TIME", "StepTimer", "namespaced"]
 
 TIME = "time"
@@ -29,7 +31,8 @@ def namespaced(prefix: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class StepTimer:
-    """Wall-clock sections of one step, reported as ``time/<name>`` seconds (summed if a name repeats).
+    """Wall-clock sections of one step, reported as ``time/<name>`` seconds (summed if a name repeats). A section is
+    also a :func:`~vla_infra.workers.phase`: a worker failure raised inside it names the section.
 
     Example:
         >>> timer = StepTimer()
@@ -47,7 +50,8 @@ class StepTimer:
     def __call__(self, name: str) -> Iterator[None]:
         start = time.perf_counter()
         try:
-            yield
+            with phase(name):
+                yield
         finally:
             self._totals[name] = self._totals.get(name, 0.0) + time.perf_counter() - start
 

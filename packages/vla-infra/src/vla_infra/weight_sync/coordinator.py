@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vla_infra.weight_sync.update import StaleWeightsError
+from vla_infra.workers.failures import WorkerFailure
 
 if TYPE_CHECKING:
     from vla_infra.workers.group import WorkerGroup
@@ -58,6 +59,8 @@ class WeightSyncCoordinator:
                 try:
                     received = self._send(version)
                     break
+                except WorkerFailure:  # a worker that does not answer, a lost node: no retry can help
+                    raise
                 except Exception:
                     self.rollout.weight_version.submit().result()  # was it a rollout rank that died?
                     if self.rollout.num_restarts == restarts or attempt == self.rollout.max_restarts:

@@ -10,7 +10,8 @@ from vla_infra.workers.dispatch import (
     unit_bounds,
 )
 from vla_infra.workers.factory import BACKENDS, make_backend
-from vla_infra.workers.group import GroupFuture, GroupMethod, WorkerGroup, WorkerLost
+from vla_infra.workers.failures import NodeLost, WorkerFailure, WorkerLost, WorkerTimeout, phase
+from vla_infra.workers.group import GroupFuture, GroupMethod, WorkerGroup
 from vla_infra.workers.local_backend import LocalBackend
 from vla_infra.workers.worker import Worker, WorkerInfo
 
@@ -31,14 +32,18 @@ __all__ = [
     "GroupFuture",
     "GroupMethod",
     "LocalBackend",
+    "NodeLost",
     "RayBackend",
     "Worker",
+    "WorkerFailure",
     "WorkerGroup",
     "WorkerHandle",
     "WorkerInfo",
     "WorkerLost",
+    "WorkerTimeout",
     "concat_values",
     "make_backend",
+    "phase",
     "register",
     "split_value",
     "unit_bounds",

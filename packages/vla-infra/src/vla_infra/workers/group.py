@@ -4,33 +4,19 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from vla_infra.placement import ProcessPlacement
 from vla_infra.workers.backend import Backend, ResultFuture, WorkerHandle
 from vla_infra.workers.dispatch import collect_outputs, dispatch_args, method_dispatch, method_restart
+from vla_infra.workers.failures import NodeLost, WorkerFailure, WorkerLost, WorkerTimeout
 from vla_infra.workers.worker import Worker
 
+__all__ = ["GroupFuture", "GroupMethod", "WorkerGroup", "WorkerLost"]
+
 logger = logging.getLogger(__name__)
-
-
-class WorkerLost(RuntimeError):
-    """A worker of a group died and may not be restarted again (its ``max_restarts`` are used up).
-
-    Attributes:
-        group, rank: The worker that was lost.
-        restarts: How many times that rank was restarted before (its ``max_restarts``).
-        last_error: The error of the call that found it dead.
-    """
-
-    def __init__(self, group: str, rank: int, restarts: int, last_error: BaseException) -> None:
-        self.group, self.rank, self.restarts, self.last_error = group, rank, restarts, last_error
-        last = [line.strip() for line in str(last_error).strip().splitlines() if line.strip()]
-        super().__init__(
-            f"worker group {group!r} lost rank {rank}: its process died with {restarts} restart(s) done, "
-            f"max_restarts={restarts}; last error: {type(last_error).__name__}: {last[0] if last else ''}"
-        )
 
 
 class _RankCall:
@@ -38,8 +24,12 @@ class _RankCall:
 
     def __init__(self, group: WorkerGroup, rank: int, method: str, args: tuple, kwargs: dict) -> None:
         self.group, self.rank, self.method, self.args, self.kwargs = group, rank, method, args, kwargs
+        group._check_answering(rank, method)
         self.generation = group._generation[rank]  # the incarnation of the worker that got the call
         self.future: ResultFuture = group.handles[rank].submit(method, args, kwargs)
+
+    def done(self) -> bool:
+        return self.future.done()
 
     def result(self, timeout: float | None = None) -> Any:
         try:
@@ -59,11 +49,34 @@ class GroupFuture:
         self._calls = calls
         self._collect = collect
 
+    def done(self) -> bool:
+        """True once every rank finished."""
+        return all(c.done() for c in self._calls)
+
     def result(self, timeout: float | None = None) -> Any:
         """Wait for every rank and return the gathered output (raises the first rank's error).
 
-        A rank whose worker died is restarted and the call retried there (``WorkerGroup(max_restarts=...)``)."""
-        return collect_outputs(self._collect, [c.result(timeout) for c in self._calls])
+        A rank whose worker died is restarted and the call retried there (``WorkerGroup(max_restarts=...)``).
+
+        Args:
+            timeout: Seconds to wait for all ranks together; default the group's ``timeout_s``.
+
+        Raises:
+            WorkerTimeout: some ranks did not finish in time (it names every rank still running).
+            NodeLost: a node the backend placed workers on left the cluster.
+        """
+        group = self._calls[0].group
+        timeout = group.timeout_s if timeout is None else timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        outputs = []
+        for call in self._calls:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                outputs.append(call.result(remaining))
+            except WorkerTimeout as exc:
+                pending = [c.rank for c in self._calls if not c.done()] or exc.ranks
+                raise group._timed_out(pending, call.method, timeout) from None
+        return collect_outputs(self._collect, outputs)
 
     wait = result
 
@@ -131,6 +144,13 @@ class WorkerGroup:
         name: Group name (default: the placements' component, else the class name).
         args: Positional arguments of ``worker_cls.__init__`` (same for every rank).
         kwargs: Keyword arguments of ``worker_cls.__init__`` (same for every rank).
+        timeout_s: Seconds the driver waits for any call of this group before it gives up with
+            :class:`WorkerTimeout` naming the ranks still running; those ranks count as hung from then on: a later
+            call on them raises at once and :meth:`shutdown` stops them without waiting. None (default): no
+            limit. A call that fails because a node left the cluster raises :class:`NodeLost` instead (no restart
+            can land on that node).
+        start_timeout_s: Seconds a worker may take to start (its process, ``__init__``: a model to load,
+            simulators to build) and a replacement to start and catch up; default ``timeout_s``.
         max_restarts: How many times each rank's worker may be replaced after it died (a backend that can lose
             a worker: Ray). A call that finds its worker dead (``RayActorError``) gets a new worker on the same
             placement with the same arguments; the group replays the last successful call of every method
@@ -144,6 +164,7 @@ class WorkerGroup:
         on_restart: Optional ``callable(rank)`` run after a rank's worker was replaced and its replayed calls
             ran (the owner re-syncs what the group cannot replay, e.g. weights over a peer group).
         restarts: Restarts so far, per rank.
+        hung: Ranks whose call did not finish within ``timeout_s``.
     """
 
     def __init__(
@@ -156,9 +177,14 @@ class WorkerGroup:
         args: tuple = (),
         kwargs: dict[str, Any] | None = None,
         max_restarts: int = 0,
+        timeout_s: float | None = None,
+        start_timeout_s: float | None = None,
     ) -> None:
         if max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {max_restarts}")
+        for key, value in (("timeout_s", timeout_s), ("start_timeout_s", start_timeout_s)):
+            if value is not None and not value > 0:  # also refuses NaN
+                raise ValueError(f"{key} must be > 0 seconds or None, got {value}")
         if not (isinstance(worker_cls, type) and issubclass(worker_cls, Worker)):
             raise TypeError(f"worker_cls must be a subclass of vla_infra.Worker, got {worker_cls!r}")
         if isinstance(placements, int):
@@ -180,6 +206,9 @@ class WorkerGroup:
         self.name = name or placements[0].component or worker_cls.__name__
         self._args, self._kwargs = tuple(args), dict(kwargs or {})
         self.max_restarts = max_restarts
+        self.timeout_s = timeout_s
+        self.start_timeout_s = start_timeout_s if start_timeout_s is not None else timeout_s
+        self.hung: set[int] = set()
         self.on_restart: Callable[[int], None] | None = None
         self.restarts = [0] * len(placements)
         self._generation = [0] * len(placements)
@@ -187,7 +216,12 @@ class WorkerGroup:
         self._replay: list[dict[str, tuple[tuple, dict]]] = [{} for _ in placements]
         self._restart_lock = threading.RLock()  # on_restart may call the group again (re-entrant)
         self.handles: list[WorkerHandle] = backend.launch(
-            worker_cls, placements, group=self.name, args=self._args, kwargs=self._kwargs
+            worker_cls,
+            placements,
+            group=self.name,
+            args=self._args,
+            kwargs=self._kwargs,
+            timeout_s=self.start_timeout_s,
         )
 
     @property
@@ -205,7 +239,8 @@ class WorkerGroup:
 
     def __getattr__(self, name: str) -> GroupMethod:
         if name.startswith("_") or name in (
-            "worker_cls", "handles", "placements", "backend", "name", "max_restarts", "on_restart", "restarts"
+            "worker_cls", "handles", "placements", "backend", "name", "max_restarts", "on_restart", "restarts",
+            "timeout_s", "start_timeout_s", "hung",
         ):  # fmt: skip
             raise AttributeError(name)
         return self.method(name)
@@ -219,16 +254,64 @@ class WorkerGroup:
         """Worker restarts so far, over every rank."""
         return sum(self.restarts)
 
-    # ------------------------------------------------------------------ restarts
+    # ------------------------------------------------------------------ failures and restarts
     def _call(self, rank: int, method: str, args: tuple, kwargs: dict) -> Any:
-        """Run one call on one rank and wait (inline on an idle local worker)."""
+        """Run one call on one rank and wait (inline on an idle local worker without a timeout)."""
+        self._check_answering(rank, method)
         generation = self._generation[rank]
         try:
-            out = self.handles[rank].call(method, args, kwargs)
+            out = self.handles[rank].call(method, args, kwargs, self.timeout_s)
         except Exception as exc:
-            return self._after_failure(rank, generation, method, args, kwargs, exc, None)
+            return self._after_failure(rank, generation, method, args, kwargs, exc, self.timeout_s)
         self._record(rank, method, args, kwargs)
         return out
+
+    def unresponsive(self, timeout_s: float = 5.0) -> list[int] | None:
+        """The ranks whose process does not answer a probe within ``timeout_s`` (stopped, frozen or dead, not merely
+        busy); they count as hung from then on. None when the backend cannot tell (the local backend)."""
+        silent = self.backend.unresponsive(self.handles, timeout_s)
+        if silent is None:
+            return None
+        ranks = [r for r, quiet in enumerate(silent) if quiet]
+        self.hung.update(ranks)
+        return ranks
+
+    def _check_answering(self, rank: int, method: str) -> None:
+        """A rank whose earlier call timed out is still busy with it: a new call would only wait again."""
+        if rank in self.hung:
+            raise WorkerTimeout(
+                self.name, [rank], method, float(self.timeout_s or 0.0), where=[self.handles[rank].where]
+            )
+
+    def _timed_out(
+        self, ranks: Sequence[int], method: str, timeout: float | None
+    ) -> WorkerTimeout | NodeLost:
+        """The failure of a call on ``ranks`` that did not finish within ``timeout``: a lost node if the backend
+        lost one (its workers cannot answer), else a timeout; the ranks count as hung."""
+        lost = self._node_lost(ranks, method)
+        if lost is not None:
+            return lost
+        self.hung.update(ranks)
+        where = [self.handles[r].where for r in ranks]
+        return WorkerTimeout(self.name, ranks, method, float(timeout or 0.0), where=where)
+
+    def _node_lost(self, ranks: Sequence[int], method: str | None) -> NodeLost | None:
+        lost = self.backend.lost_node()
+        if lost is None:
+            return None
+        node_rank, node_id, address = lost
+        on_node = [r for r in ranks if self.placements[r].node_rank == node_rank]
+        named = on_node or list(ranks)
+        return NodeLost(
+            self.name,
+            named,
+            method,
+            node_rank=node_rank,
+            node_id=node_id,
+            node_address=address,
+            on_node=bool(on_node),
+            where=[self.handles[r].where for r in named],
+        )
 
     def _flags(self, method: str) -> tuple[bool, bool]:
         fn = getattr(self.worker_cls, method, None)
@@ -252,8 +335,16 @@ class WorkerGroup:
         exc: Exception,
         timeout: float | None,
     ) -> Any:
-        """A call of ``method`` on the ``generation``-th worker of ``rank`` raised ``exc``: if that worker died,
-        replace it (unless a call that failed before already did) and run the call again on the new one."""
+        """A call of ``method`` on the ``generation``-th worker of ``rank`` raised ``exc``: past its timeout, a
+        :class:`WorkerTimeout`; after a node left the cluster, a :class:`NodeLost`; if that worker died, replace it
+        (unless a call that failed before already did) and run the call again on the new one."""
+        if isinstance(exc, WorkerFailure):
+            raise exc
+        if self.backend.timed_out(exc):
+            raise self._timed_out([rank], method, self.timeout_s if self.timeout_s is not None else timeout)
+        lost = self._node_lost([rank], method)
+        if lost is not None:
+            raise lost from exc
         if not self.backend.worker_died(exc) or not self._flags(method)[1]:
             raise exc
         with self._restart_lock:
@@ -285,20 +376,28 @@ class WorkerGroup:
                     self.placements[rank],
                     args=self._args,
                     kwargs=self._kwargs,
+                    timeout_s=self.start_timeout_s,
                 )
                 for method, (args, kwargs) in list(self._replay[rank].items()):
-                    self.handles[rank].call(method, args, kwargs)
+                    self.handles[rank].call(method, args, kwargs, self.start_timeout_s)
                 if self.on_restart is not None:
                     self.on_restart(rank)
-                self.handles[rank].call("recover", (), {})
+                self.handles[rank].call("recover", (), {}, self.start_timeout_s)
                 return
             except Exception as again:
+                if isinstance(again, WorkerFailure):
+                    raise
+                if self.backend.timed_out(again):
+                    raise self._timed_out([rank], "recover", self.start_timeout_s) from None
+                lost = self._node_lost([rank], None)
+                if lost is not None:
+                    raise lost from again
                 if not self.backend.worker_died(again):
                     raise
                 exc = again  # the replacement died too: replace it again while restarts are left
 
     def shutdown(self) -> None:
-        """Stop every worker of the group."""
-        for handle in self.handles:
-            handle.shutdown()
+        """Stop every worker of the group (a hung rank without waiting for it)."""
+        for rank, handle in enumerate(self.handles):
+            handle.shutdown(force=rank in self.hung)
         self.handles = []

@@ -12,22 +12,50 @@ in the right bundle before any user code runs.
 CPU clusters (``num_gpus_per_node=0``): processes are pinned to nodes with
 ``NodeAffinitySchedulingStrategy``.
 
+Node ranks: if the cluster's nodes carry the label ``vla-infra/node-rank`` (``ray start --labels
+vla-infra/node-rank=1``, what ``RLINF_NODE_RANK`` is to the reference framework), node rank ``i`` is the alive node
+labelled ``i``, so a node that replaces a lost one takes its rank. Otherwise the driver's node comes first, then the
+others by address.
+
+Failures: a call that waits longer than its timeout raises ``GetTimeoutError`` (the group turns it into a
+``WorkerTimeout``); while a call runs the backend checks every few seconds whether one of its nodes left the cluster
+(``lost_node``). An actor that does not answer is killed without waiting (``shutdown(force=True)``).
+
+A private instance (no address) dies with the driver however the driver ends: ``ray.init`` installs a handler that
+dumps a native stack and aborts on SIGTERM, which is put back to the Python handler the process had before, and a
+small watcher process (``ray_reaper.py``) kills the Ray processes left when the driver is gone (after a SIGKILL
+Ray's agents would otherwise live on for about a minute).
+
 Before the worker's ``__init__`` runs, the actor sets ``MASTER_ADDR`` (rank 0's node address),
 ``MASTER_PORT`` (a free port there), ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE``.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
+import signal
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from vla_infra.channel import RayChannel
 from vla_infra.placement import ProcessPlacement
 from vla_infra.workers.backend import Backend, WorkerHandle
+from vla_infra.workers.failures import WorkerTimeout
 from vla_infra.workers.worker import Worker, WorkerInfo, construct_worker, find_free_port
+
+logger = logging.getLogger(__name__)
+
+#: Node label that gives a Ray node its node rank (``ray start --labels vla-infra/node-rank=<i>``).
+NODE_RANK_LABEL = "vla-infra/node-rank"
+#: Seconds between two checks for a lost node while the driver waits for a call.
+LIVENESS_CHECK_S = 5.0
 
 
 class _RayWorkerHost:
@@ -47,9 +75,13 @@ class _RayWorkerHost:
 
         return [int(i) for i in ray.get_gpu_ids()]
 
-    def construct(self, worker_cls: type[Worker], info: WorkerInfo, args: tuple, kwargs: dict) -> None:
+    def construct(self, worker_cls: type[Worker], info: WorkerInfo, args: tuple, kwargs: dict) -> str:
+        """Build the worker; returns where it runs (for messages)."""
+        import ray
+
         os.environ.update(info.dist_env())
         self.worker = construct_worker(worker_cls, info, args, kwargs)
+        return f"pid {os.getpid()} on node {ray.util.get_node_ip_address()}"
 
     def execute(self, method: str, args: tuple, kwargs: dict) -> Any:
         return getattr(self.worker, method)(*args, **kwargs)
@@ -59,35 +91,86 @@ class _RayWorkerHost:
         if callable(close):
             close()
 
+    def alive(self) -> bool:
+        """Answers on its own thread (the ``probe`` concurrency group) while a call runs: a process that does not
+        answer is stopped or frozen, not merely busy."""
+        return True
 
-class _RayFuture:
-    def __init__(self, ref: Any) -> None:
-        self.ref = ref
 
-    def result(self, timeout: float | None = None) -> Any:
+_HOST_CLASS: Any = None
+
+
+def _host_class() -> Any:
+    """The Ray actor class of :class:`_RayWorkerHost`: calls run one at a time, in order; ``alive`` beside them."""
+    global _HOST_CLASS
+    if _HOST_CLASS is None:
         import ray
 
-        return ray.get(self.ref, timeout=timeout)
+        alive = ray.method(concurrency_group="probe")(_RayWorkerHost.alive)
+        _RayWorkerHost.alive = alive  # type: ignore[method-assign]
+        _HOST_CLASS = ray.remote(concurrency_groups={"probe": 1})(_RayWorkerHost)
+    return _HOST_CLASS
+
+
+class NodeGone(RuntimeError):
+    """A node of the backend left the cluster while the driver waited for a call (its group names it)."""
+
+
+class _RayFuture:
+    def __init__(self, ref: Any, backend: RayBackend | None = None) -> None:
+        self.ref = ref
+        self.backend = backend
+
+    def done(self) -> bool:
+        import ray
+
+        ready, _ = ray.wait([self.ref], timeout=0)
+        return bool(ready)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The call's value; waits in slices of ``LIVENESS_CHECK_S`` and raises :class:`NodeGone` as soon as a node
+        of the backend is found gone (a call on a surviving node may wait forever on one that is gone)."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = LIVENESS_CHECK_S if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return ray.get(self.ref, timeout=min(left, LIVENESS_CHECK_S))
+            except GetTimeoutError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise
+                if self.backend is not None and self.backend.lost_node() is not None:
+                    raise NodeGone("a node of the Ray cluster was lost") from None
 
 
 class RayWorkerHandle(WorkerHandle):
     """A worker living in a Ray actor; ``info`` is what the worker was built with (a replacement gets it too)."""
 
-    def __init__(self, actor: Any, info: WorkerInfo) -> None:
+    def __init__(
+        self, actor: Any, info: WorkerInfo, backend: RayBackend | None = None, where: str = ""
+    ) -> None:
         self.actor = actor
         self.info = info
+        self.backend = backend
+        self.where = where
 
     def submit(self, method: str, args: tuple, kwargs: dict) -> _RayFuture:
-        return _RayFuture(self.actor.execute.remote(method, args, kwargs))
+        return _RayFuture(self.actor.execute.remote(method, args, kwargs), self.backend)
 
-    def shutdown(self) -> None:
+    def probe(self) -> Any:
+        return self.actor.alive.remote()
+
+    def shutdown(self, *, force: bool = False) -> None:
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         try:
-            ray.get(self.actor.close.remote(), timeout=30)
-        except RayActorError:
-            pass  # the actor is already gone: nothing left to close
+            if not force:
+                ray.get(self.actor.close.remote(), timeout=30)
+        except (RayActorError, GetTimeoutError):
+            pass  # the actor is gone, or does not answer: killed below
         finally:
             ray.kill(self.actor)
 
@@ -134,6 +217,9 @@ class RayBackend(Backend):
         num_cpus_per_worker: Ray CPU resource each worker actor asks for (default 0: workers are
             scheduled by GPU and node only, and simulators may use every core).
         runtime_env: Optional Ray runtime environment of the worker actors.
+        node_wait_s: On a cluster it joins (an address, or Ray already initialised), how long to wait for
+            ``num_nodes`` suitable nodes to be alive (nodes still joining, or a lost node being replaced) before
+            giving up; a private instance never grows, so it never waits.
     """
 
     name = "ray"
@@ -146,18 +232,23 @@ class RayBackend(Backend):
         address: str | None = None,
         num_cpus_per_worker: float = 0.0,
         runtime_env: dict[str, Any] | None = None,
+        node_wait_s: float = 0.0,
     ) -> None:
         kwargs = ray_init_kwargs(address)
         imported = sys.modules.get("ray")
-        if "_node_ip_address" in kwargs and (imported is None or not imported.is_initialized()):
+        private = "_node_ip_address" in kwargs and (imported is None or not imported.is_initialized())
+        if private:
             # read by Ray at import (for this process) and by every Ray process it starts: loopback only
             os.environ.setdefault(LOOPBACK_ENV_VAR, "0")
         import ray
 
-        #: True if this backend started Ray (then :meth:`shutdown` stops it).
+        #: True if this backend started Ray or connected to a cluster (then :meth:`shutdown` stops or leaves it).
         self.owns_ray = not ray.is_initialized()
+        self._reaper: subprocess.Popen | None = None
         if self.owns_ray:
-            ray.init(**kwargs)
+            _init_keeping_sigterm(kwargs)
+            if private:
+                self._reaper = _start_reaper()
         self.num_nodes = num_nodes
         self.num_gpus_per_node = num_gpus_per_node
         self.num_cpus_per_worker = num_cpus_per_worker
@@ -165,15 +256,33 @@ class RayBackend(Backend):
         self._placement_groups: list[Any] = []
         # node rank -> {bundle index: GPU id Ray gave that bundle}, learned from the actors placed there
         self._gpu_of_bundle: dict[int, dict[int, int]] = {}
+        self.node_addresses: list[str] = []
+        self._lost: tuple[int, str, str] | None = None
         try:
-            self.node_ids: list[str] = self._pick_nodes()
+            self.node_ids: list[str] = self._wait_for_nodes(node_wait_s if not private else 0.0)
             if num_gpus_per_node > 0:
                 self._reserve_gpus()
         except BaseException:
             self.shutdown()  # leave no placement group, nor a Ray instance this backend started
             raise
 
+    def _wait_for_nodes(self, wait_s: float) -> list[str]:
+        """:meth:`_pick_nodes`, trying again for up to ``wait_s`` seconds while the cluster is too small."""
+        deadline = time.monotonic() + wait_s
+        waiting = False
+        while True:
+            try:
+                return self._pick_nodes()
+            except ValueError as exc:
+                if time.monotonic() >= deadline:
+                    raise ValueError(f"{exc} (waited {wait_s:g} s)" if waiting else str(exc)) from None
+                if not waiting:
+                    logger.warning("%s; waiting up to %g s for nodes to join", exc, wait_s)
+                    waiting = True
+                time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
     def _pick_nodes(self) -> list[str]:
+        """The Ray node of each node rank (by the ``NODE_RANK_LABEL`` label when the nodes carry it)."""
         import ray
 
         driver_node = ray.get_runtime_context().get_node_id()
@@ -182,13 +291,65 @@ class RayBackend(Backend):
             for n in ray.nodes()
             if n.get("Alive") and n.get("Resources", {}).get("GPU", 0) >= self.num_gpus_per_node
         ]
-        nodes.sort(key=lambda n: (n["NodeID"] != driver_node, n["NodeManagerAddress"], n["NodeID"]))
-        if len(nodes) < self.num_nodes:
-            raise ValueError(
-                f"cluster.num_nodes={self.num_nodes} with cluster.num_gpus_per_node={self.num_gpus_per_node}, "
-                f"but the Ray cluster has only {len(nodes)} alive node(s) with that many GPUs"
-            )
-        return [n["NodeID"] for n in nodes[: self.num_nodes]]
+        where = f"cluster.num_nodes={self.num_nodes} with cluster.num_gpus_per_node={self.num_gpus_per_node}"
+        ranked = {}
+        for n in nodes:
+            label = (n.get("Labels") or {}).get(NODE_RANK_LABEL)
+            if label is not None and str(label).isdigit():
+                ranked.setdefault(int(label), n)
+        if ranked:
+            missing = [r for r in range(self.num_nodes) if r not in ranked]
+            if missing:
+                raise ValueError(
+                    f"{where}, but no alive node of the Ray cluster with that many GPUs is labelled "
+                    f"{NODE_RANK_LABEL}={missing[0]} (labelled: {sorted(ranked)})"
+                )
+            chosen = [ranked[r] for r in range(self.num_nodes)]
+        else:
+            nodes.sort(key=lambda n: (n["NodeID"] != driver_node, n["NodeManagerAddress"], n["NodeID"]))
+            if len(nodes) < self.num_nodes:
+                raise ValueError(
+                    f"{where}, but the Ray cluster has only {len(nodes)} alive node(s) with that many GPUs"
+                )
+            chosen = nodes[: self.num_nodes]
+        self.node_addresses = [str(n["NodeManagerAddress"]) for n in chosen]
+        return [n["NodeID"] for n in chosen]
+
+    def lost_node(self) -> tuple[int, str, str] | None:
+        """The first node of this backend that is no longer alive in the cluster: ``(node rank, id, address)``."""
+        if self._lost is not None:
+            return self._lost
+        import ray
+
+        alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        for rank, node_id in enumerate(self.node_ids):
+            if node_id not in alive:
+                self._lost = (rank, node_id, self.node_addresses[rank] if self.node_addresses else "?")
+                return self._lost
+        return None
+
+    def timed_out(self, exc: BaseException) -> bool:
+        from ray.exceptions import GetTimeoutError
+
+        return isinstance(exc, GetTimeoutError)
+
+    def unresponsive(self, handles: Sequence[WorkerHandle], timeout_s: float) -> list[bool] | None:
+        """Which of ``handles`` do not answer a probe within ``timeout_s`` (stopped, frozen or dead); all probed at
+        once."""
+        import ray
+
+        refs = [h.probe() for h in handles if isinstance(h, RayWorkerHandle)]
+        if len(refs) != len(handles):
+            return None
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+        answered = set()
+        for ref in done:
+            try:
+                ray.get(ref, timeout=0)
+                answered.add(ref)
+            except Exception:  # a dead actor's probe fails: it does not answer either
+                continue
+        return [ref not in answered for ref in refs]
 
     def _reserve_gpus(self) -> None:
         import ray
@@ -252,41 +413,74 @@ class RayBackend(Backend):
         group: str,
         args: tuple,
         kwargs: dict,
+        timeout_s: float | None = None,
     ) -> list[WorkerHandle]:
         import ray
 
-        actors = self._start_actors(placements, group)
-        master_addr, master_port = ray.get(actors[0].rendezvous.remote())
-        infos = [
-            WorkerInfo.from_placement(
-                p,
-                group=group,
-                device="cpu" if p.local_gpu is None else "cuda:0",
-                master_addr=master_addr,
-                master_port=master_port,
-                backend=self.name,
-            )
-            for p in placements
-        ]
-        ray.get([a.construct.remote(worker_cls, info, args, kwargs) for a, info in zip(actors, infos)])
-        return [RayWorkerHandle(a, info) for a, info in zip(actors, infos)]
+        actors: list[Any] = []
+        try:
+            actors = self._start_actors(placements, group, timeout_s)
+            master_addr, master_port = self._get(
+                [actors[0].rendezvous.remote()], group, [placements[0].rank], "rendezvous", timeout_s
+            )[0]
+            infos = [
+                WorkerInfo.from_placement(
+                    p,
+                    group=group,
+                    device="cpu" if p.local_gpu is None else "cuda:0",
+                    master_addr=master_addr,
+                    master_port=master_port,
+                    backend=self.name,
+                )
+                for p in placements
+            ]
+            refs = [a.construct.remote(worker_cls, info, args, kwargs) for a, info in zip(actors, infos)]
+            wheres = self._get(refs, group, [p.rank for p in placements], "__init__", timeout_s)
+        except BaseException:
+            for actor in actors:  # none of them is handed out: stop them all
+                ray.kill(actor)
+            raise
+        return [RayWorkerHandle(a, info, self, where) for a, info, where in zip(actors, infos, wheres)]
 
-    def _start_actors(self, placements: Sequence[ProcessPlacement], group: str) -> list[Any]:
+    def _get(
+        self, refs: list[Any], group: str, ranks: list[int], method: str, timeout_s: float | None
+    ) -> list[Any]:
+        """``ray.get(refs)`` within ``timeout_s``; a :class:`WorkerTimeout` names the ranks not done."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        try:
+            return ray.get(refs, timeout=timeout_s)
+        except GetTimeoutError:
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            pending = [r for r, ref in zip(ranks, refs) if ref not in done] or ranks
+            raise WorkerTimeout(group, pending, method, float(timeout_s or 0.0)) from None
+
+    def _start_actors(
+        self, placements: Sequence[ProcessPlacement], group: str, timeout_s: float | None = None
+    ) -> list[Any]:
         """One empty host actor per placement, each on its node and GPU."""
         import ray
 
-        host_cls = ray.remote(_RayWorkerHost)
+        host_cls = _host_class()
         options = [self._actor_options(p) for p in placements]
         actors = [host_cls.options(**opts).remote() for opts, _ in options]
         bundles = [bundle for _, bundle in options]
-        for _ in range(self.num_gpus_per_node + 1):
-            wrong = self._check_gpus(placements, actors, bundles)
-            if not wrong:
-                return actors
-            for i in wrong:  # relaunch in the bundle now known (or guessed) to hold the right GPU
-                ray.kill(actors[i])
-                opts, bundles[i] = self._actor_options(placements[i])
-                actors[i] = host_cls.options(**opts).remote()
+        try:
+            for _ in range(self.num_gpus_per_node + 1):
+                wrong = self._check_gpus(placements, actors, bundles, group, timeout_s)
+                if not wrong:
+                    return actors
+                for i in wrong:  # relaunch in the bundle now known (or guessed) to hold the right GPU
+                    ray.kill(actors[i])
+                    opts, bundles[i] = self._actor_options(placements[i])
+                    actors[i] = host_cls.options(**opts).remote()
+        except BaseException:
+            for actor in actors:
+                ray.kill(actor)
+            raise
+        for actor in actors:
+            ray.kill(actor)
         raise RuntimeError(f"could not place {group} workers on their GPUs: {self._gpu_of_bundle}")
 
     def worker_died(self, exc: BaseException) -> bool:
@@ -304,6 +498,7 @@ class RayBackend(Backend):
         *,
         args: tuple,
         kwargs: dict,
+        timeout_s: float | None = None,
     ) -> WorkerHandle:
         """A new actor on the dead one's node and GPU, built with the same :class:`WorkerInfo` (rank, world size,
         rendezvous address) and constructor arguments. The old actor is killed first, so an actor that was only
@@ -313,17 +508,27 @@ class RayBackend(Backend):
         if not isinstance(handle, RayWorkerHandle):
             raise TypeError(f"RayBackend.relaunch needs a RayWorkerHandle, got {type(handle).__name__}")
         ray.kill(handle.actor, no_restart=True)
-        (actor,) = self._start_actors([placement], handle.info.group)
-        ray.get(actor.construct.remote(worker_cls, handle.info, args, kwargs))
-        return RayWorkerHandle(actor, handle.info)
+        group, rank = handle.info.group, handle.info.rank
+        (actor,) = self._start_actors([placement], group, timeout_s)
+        try:
+            ref = actor.construct.remote(worker_cls, handle.info, args, kwargs)
+            (where,) = self._get([ref], group, [rank], "__init__", timeout_s)
+        except BaseException:
+            ray.kill(actor)
+            raise
+        return RayWorkerHandle(actor, handle.info, self, where)
 
     def _check_gpus(
-        self, placements: Sequence[ProcessPlacement], actors: list[Any], bundles: list[int | None]
+        self,
+        placements: Sequence[ProcessPlacement],
+        actors: list[Any],
+        bundles: list[int | None],
+        group: str = "worker",
+        timeout_s: float | None = None,
     ) -> list[int]:
         """Learn which GPU each used bundle holds; return the indices of misplaced actors."""
-        import ray
-
-        gpu_ids = ray.get([a.gpu_ids.remote() for a in actors])
+        refs = [a.gpu_ids.remote() for a in actors]
+        gpu_ids = self._get(refs, group, [p.rank for p in placements], "start", timeout_s)
         wrong = []
         for i, (p, ids) in enumerate(zip(placements, gpu_ids)):
             if p.local_gpu is None:
@@ -348,3 +553,45 @@ class RayBackend(Backend):
 
             ray.shutdown()
             self.owns_ray = False
+        if self._reaper is not None:  # closing its pipe: it kills whatever Ray left running, then exits
+            if self._reaper.stdin is not None:
+                self._reaper.stdin.close()
+            try:
+                self._reaper.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._reaper.kill()
+            self._reaper = None
+
+
+def _init_keeping_sigterm(kwargs: dict[str, Any]) -> None:
+    """``ray.init(**kwargs)``, then the process's Python SIGTERM handler again: Ray's own dumps a native stack and
+    aborts, so the process could not shut its workers down (nor, after a default SIGTERM, leave quietly)."""
+    import ray
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    ray.init(**kwargs)
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _start_reaper() -> subprocess.Popen | None:
+    """The watcher of the Ray processes this driver just started (``ray_reaper.py``); None if Ray reports none."""
+    import ray
+
+    node = getattr(ray._private.worker, "_global_node", None)
+    roots = [
+        info.process.pid
+        for infos in (getattr(node, "all_processes", None) or {}).values()
+        for info in infos
+        if getattr(info, "process", None) is not None
+    ]
+    if not roots:
+        return None
+    return subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("ray_reaper.py")), *map(str, roots)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal's Ctrl-C reaches the driver, which shuts Ray down itself
+    )

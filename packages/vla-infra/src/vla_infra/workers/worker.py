@@ -154,6 +154,11 @@ class Worker:
         flight) says so here.
         """
 
+    def abort(self) -> None:
+        """Stop at once whatever this worker runs outside its own process (simulators), called from another thread
+        while one of its calls does not return (a timeout on a backend that shares the driver's process). The stuck
+        call may then fail; it must not start anything new. The default does nothing."""
+
     def ping(self) -> dict[str, Any]:
         """Where this worker runs: pid, info and the GPU environment (for checks and debugging)."""
         gpu_ids: list[Any] = []

@@ -55,7 +55,7 @@ def is_openpi_folder(path: Path) -> bool:
     cfg = path / "config.json"
     if cfg.is_file():
         try:
-            d = json.loads(cfg.read_text())
+            d = read_json(cfg)
         except ValueError:
             return False
         if isinstance(d, dict):
@@ -66,7 +66,7 @@ def is_openpi_folder(path: Path) -> bool:
     index = path / INDEX_NAME
     if index.is_file():
         try:
-            return detect_layout(json.loads(index.read_text()).get("weight_map", {})) is not None
+            return detect_layout(read_json(index, expect=dict).get("weight_map", {})) is not None
         except ValueError:
             return False
     single = path / "model.safetensors"

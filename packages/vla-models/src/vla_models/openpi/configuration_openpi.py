@@ -150,9 +150,14 @@ class OpenPiConfig:
         joint_logprob: score every denoising step (the mean over K+1 Gaussian terms) instead of one step per row.
         ignore_last: draw the scored step from ``[0, K-2]`` (the last step of flow_cps has zero std).
         train_expert_only: freeze PaliGemma (vision tower, projector, language model).
-        add_value_head / value_after_vlm / value_vlm_mode / detach_critic_input / chunk_critic_input /
-            value_head_hidden_sizes / value_head_activation: the critic (see the package README, "pi0 / pi0.5");
-            the reference framework's critic MLP is ReLU, (512, 256, 128) or (1024, 512, 256) for pi0.5 LIBERO.
+        add_value_head: the critic, with the six keys below (see the package README, "pi0 / pi0.5"); the
+            reference framework's critic MLP is ReLU, (512, 256, 128) or (1024, 512, 256) for pi0.5 LIBERO.
+        value_after_vlm: the critic (above).
+        value_vlm_mode: the critic (above).
+        detach_critic_input: the critic (above).
+        chunk_critic_input: the critic (above).
+        value_head_hidden_sizes: the critic (above).
+        value_head_activation: the critic (above).
         state_indices: env state columns the model sees (None: all).
         norm_stats: openpi ``norm_stats.json`` content (``{"state": {...}, "actions": {...}}``) or None (identity).
         use_quantile_norm: quantile instead of z-score normalisation (None: pi0 z-score, pi0.5 quantiles).

@@ -9,12 +9,13 @@ listed and ignored, and a value this package cannot reproduce is refused with a 
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from safetensors.torch import load_file
+
+from vla_models.checkpoint_files import json_kind, read_json
 
 logger = logging.getLogger(__name__)
 
@@ -152,23 +153,38 @@ def lerobot_settings(folder: Path, d: dict[str, Any]) -> tuple[dict[str, Any], i
     return out, image_size
 
 
+def _pipeline_steps(cfg: Path) -> list[dict[str, Any]]:
+    """The ``steps`` of a lerobot processor file, each a JSON object (a file of another shape is named)."""
+    d = read_json(cfg, expect=dict)
+    steps = d.get("steps", [])
+    if not isinstance(steps, list):
+        raise ValueError(f"{cfg}: 'steps' holds a JSON {json_kind(steps)} where an array of steps belongs")
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            raise ValueError(f"{cfg}: steps[{i}] holds a JSON {json_kind(step)} where a step object belongs")
+        if not isinstance(step.get("config", {}), dict):
+            raise ValueError(
+                f"{cfg}: steps[{i}].config holds a JSON {json_kind(step['config'])} where an object belongs"
+            )
+    return steps
+
+
 def _normalizer_files(folder: Path) -> dict[str, Path]:
     """``{"policy_preprocessor": file, "policy_postprocessor": file}`` of the normaliser steps."""
     found: dict[str, Path] = {}
     for pipeline in ("policy_preprocessor", "policy_postprocessor"):
         cfg = folder / f"{pipeline}.json"
         if cfg.is_file():
-            d = json.loads(cfg.read_text())
-            for step in d.get("steps", []):
+            for step in _pipeline_steps(cfg):
                 if step.get("registry_name") in ("normalizer_processor", "unnormalizer_processor"):
                     eps = step.get("config", {}).get("eps", LEROBOT_NORM_EPS)
-                    if abs(float(eps) - LEROBOT_NORM_EPS) > 1e-15:
+                    if not isinstance(eps, (int, float)) or abs(float(eps) - LEROBOT_NORM_EPS) > 1e-15:
                         raise _refuse(
                             folder, f"{pipeline}.{step['registry_name']}.eps", eps, "lerobot's 1e-8"
                         )
                     name = step.get("state_file")
                     if name:
-                        if Path(name).name != name:
+                        if not isinstance(name, str) or Path(name).name != name:
                             raise _refuse(folder, f"{pipeline}.state_file", name, "a file inside the folder")
                         found[pipeline] = folder / name
         else:
@@ -178,17 +194,62 @@ def _normalizer_files(folder: Path) -> dict[str, Path]:
     return found
 
 
+def _feature_dims(folder: Path) -> dict[str, int]:
+    """``{"action": A, "observation.state": S}``: the sizes lerobot's ``config.json`` gives its features."""
+    d = read_json(folder / "config.json", expect=dict)
+    dims: dict[str, int] = {}
+    for group in ("input_features", "output_features"):
+        for name, feature in (d.get(group) or {}).items():
+            shape = feature.get("shape") if isinstance(feature, dict) else None
+            if name in ("action", "observation.state") and isinstance(shape, list) and len(shape) == 1:
+                dims[name] = int(shape[0])
+    return dims
+
+
+def _statistics(file: Path, prefix: str, dim: int | None) -> dict[str, list[float]] | None:
+    """The statistics of one feature (``prefix``: ``action.`` or ``observation.state.``) in a normaliser file:
+    every vector finite and covering the feature's ``dim`` entries, or a one-line error naming file, key and
+    shapes."""
+    try:
+        tensors = load_file(str(file))
+    except Exception as e:  # safetensors raises its own error types for a cut or malformed file
+        raise ValueError(f"{file} is not a readable safetensors file: {str(e).splitlines()[0]}") from None
+    got: dict[str, list[float]] = {}
+    for key, value in tensors.items():
+        if not key.startswith(prefix):
+            continue
+        if value.ndim != 1 or not value.is_floating_point():
+            raise ValueError(
+                f"{file}: {key} has shape {list(value.shape)} and dtype {value.dtype}; a float vector belongs there"
+            )
+        if dim is not None and value.numel() < dim:
+            raise ValueError(
+                f"{file}: {key} has {value.numel()} entries, fewer than the {dim} of {prefix.rstrip('.')} "
+                "that config.json declares"
+            )
+        if not bool(value.isfinite().all()):
+            raise ValueError(
+                f"{file}: {key} holds {int((~value.isfinite()).sum())} non-finite value(s) (NaN or inf)"
+            )
+        got[key.removeprefix(prefix)] = value.tolist()
+    return got or None
+
+
 def lerobot_norm_stats(folder: Path) -> dict[str, Any] | None:
     """openpi-layout statistics ``{"state": {...}, "actions": {...}}`` from lerobot's normaliser files (the
-    pre-processor's for the state, the post-processor's for the actions), or None without them."""
-    files = _normalizer_files(folder)
-    tensors = {k: load_file(str(v)) for k, v in files.items()}
-    pre, post = tensors.get("policy_preprocessor", {}), tensors.get("policy_postprocessor", {})
+    pre-processor's for the state, the post-processor's for the actions), or None without them.
 
-    def pick(prefix: str, order: list[dict[str, Any]]) -> dict[str, list[float]] | None:
-        for t in order:
-            got = {k.removeprefix(prefix): v.tolist() for k, v in t.items() if k.startswith(prefix)}
-            if got:
+    Raises:
+        ValueError: a normaliser file that is not safetensors, or statistics with NaN/inf or fewer entries than
+            the feature's size in ``config.json`` (named: file, key, sizes).
+    """
+    files = _normalizer_files(folder)
+    pre, post = files.get("policy_preprocessor"), files.get("policy_postprocessor")
+    dims = _feature_dims(folder)
+
+    def pick(prefix: str, order: list[Path | None]) -> dict[str, list[float]] | None:
+        for file in order:
+            if file is not None and (got := _statistics(file, prefix, dims.get(prefix.rstrip(".")))):
                 return got
         return None
 
@@ -204,7 +265,8 @@ def lerobot_tokenizer_name(folder: Path) -> str | None:
     cfg = folder / "policy_preprocessor.json"
     if not cfg.is_file():
         return None
-    for step in json.loads(cfg.read_text()).get("steps", []):
+    for step in _pipeline_steps(cfg):
         if step.get("registry_name") == "tokenizer_processor":
-            return step.get("config", {}).get("tokenizer_name")
+            name = step.get("config", {}).get("tokenizer_name")
+            return name if isinstance(name, str) else None
     return None

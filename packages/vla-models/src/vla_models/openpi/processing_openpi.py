@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from vla_models.checkpoint_files import read_json
+
 NORM_EPS = 1e-6
 LEROBOT_NORM_EPS = 1e-8
 
@@ -41,6 +43,15 @@ class OpenPiNormalizer:
         if missing:
             raise ValueError(f"normalisation statistics lack {missing} (have {sorted(stats)})")
         a, b = (torch.as_tensor(stats[k], dtype=torch.float32) for k in keys)
+        for k, v in zip(keys, (a, b)):
+            if v.ndim != 1 or not bool(v.isfinite().all()):
+                raise ValueError(
+                    f"normalisation statistic {k!r} must be a vector of finite numbers, got {v.tolist()}"
+                )
+        if a.shape != b.shape:
+            raise ValueError(
+                f"normalisation statistics {keys[0]!r} {list(a.shape)} and {keys[1]!r} {list(b.shape)} differ"
+            )
         self.a, self.b = a, b
         self.dim = int(a.shape[0])
 
@@ -69,11 +80,28 @@ class OpenPiNormalizer:
 
 
 def read_norm_stats(path: str | Path) -> dict[str, Any]:
-    """``{"state": {...}, "actions": {...}}`` from an openpi ``norm_stats.json``."""
-    d = json.loads(Path(path).read_text())
+    """``{"state": {...}, "actions": {...}}`` from an openpi ``norm_stats.json``.
+
+    Raises:
+        ValueError: not an openpi statistics file, or a statistic that is not a vector of finite numbers (named).
+    """
+    d = read_json(Path(path), expect=dict)
     stats = d.get("norm_stats", d)
-    if not isinstance(stats, dict) or "actions" not in stats:
-        raise ValueError(f"{path} is not an openpi norm_stats.json (no 'norm_stats.actions')")
+    if not isinstance(stats, dict) or not isinstance(stats.get("actions"), dict):
+        raise ValueError(f"{path} is not an openpi norm_stats.json (no 'norm_stats.actions' object)")
+    for quantity in ("actions", "state"):
+        for name, vector in (stats.get(quantity) or {}).items():
+            key = f"norm_stats.{quantity}.{name}"
+            try:
+                values = np.asarray(vector, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: {key} is not a vector of numbers") from None
+            if values.ndim != 1:
+                raise ValueError(f"{path}: {key} has shape {list(values.shape)}; a vector belongs there")
+            if not np.isfinite(values).all():
+                raise ValueError(
+                    f"{path}: {key} holds {int((~np.isfinite(values)).sum())} non-finite value(s)"
+                )
     return stats
 
 

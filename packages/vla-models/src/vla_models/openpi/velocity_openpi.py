@@ -110,6 +110,11 @@ class OpenPiVelocityModel(nn.Module):
         norm = dict(quantile=cfg.quantile_norm, style=cfg.norm_style)
         self.state_normalizer = OpenPiNormalizer(stats["state"], **norm) if "state" in stats else None
         self.action_normalizer = OpenPiNormalizer(stats["actions"], **norm) if "actions" in stats else None
+        if self.action_normalizer is not None and self.action_normalizer.dim < cfg.action_dim:
+            raise ValueError(
+                f"the action statistics cover {self.action_normalizer.dim} dimensions, fewer than action_dim="
+                f"{cfg.action_dim}: they belong to another action space"
+            )
 
     # ---- setup ----------------------------------------------------------------------------------------------
     def finalize(self: M) -> M:
@@ -178,7 +183,14 @@ class OpenPiVelocityModel(nn.Module):
     def normalized_states(self, states: torch.Tensor) -> torch.Tensor:
         """Raw states ``[B, D]`` normalised with the ``state`` statistics (unchanged without them), float32."""
         states = states.float()
-        return self.state_normalizer.normalize(states) if self.state_normalizer is not None else states
+        if self.state_normalizer is None:
+            return states
+        if self.state_normalizer.dim < states.shape[-1]:
+            raise ValueError(
+                f"the state statistics cover {self.state_normalizer.dim} dimensions, the env's state has "
+                f"{states.shape[-1]}: they belong to another state space"
+            )
+        return self.state_normalizer.normalize(states)
 
     def _model_state(self, states: torch.Tensor) -> torch.Tensor:
         """Normalised state zero-padded to the model's 32 dims (pi0's state token)."""

@@ -10,7 +10,6 @@ they are read with ``torch.load(weights_only=True)`` (plain tensors only).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -138,7 +137,7 @@ def _normalize_params(folder: Path, n_towers: int) -> list[tuple[tuple, tuple]] 
     f = folder / "preprocessor_config.json"
     if not f.exists():
         return None
-    params = read_json(f).get("tvf_normalize_params")
+    params = read_json(f, expect=dict).get("tvf_normalize_params")
     if params is None:
         return None
     if len(params) != n_towers:
@@ -207,7 +206,7 @@ def saved_family(path: Path) -> str | None:
     """The family of a folder written by ``save_pretrained`` (its ``vla_models.family``; configs saved before
     the key existed are OpenVLA ones), or None for any other folder."""
     try:
-        d = json.loads((path / "config.json").read_text())
+        d = read_json(path / "config.json")
     except (OSError, ValueError):
         return None
     if not isinstance(d, dict) or not isinstance(d.get("vla_models"), dict):
@@ -219,7 +218,7 @@ def published_prismatic_folder(path: Path) -> bool | None:
     """Whether a folder without a ``vla_models`` block carries OpenVLA-OFT training side files (None: the folder
     has a readable ``vla_models`` block or no readable JSON object in ``config.json``)."""
     try:
-        d = json.loads((path / "config.json").read_text())
+        d = read_json(path / "config.json")
     except (OSError, ValueError):
         return None
     if not isinstance(d, dict) or "vla_models" in d:
@@ -283,7 +282,7 @@ def read_published_folder(
     side: dict[str, dict[str, torch.Tensor]] = {}
     cd = config_from_openvla(d, sd, p)
     if (p / "dataset_statistics.json").exists():
-        cd["norm_stats"] = read_json(p / "dataset_statistics.json")
+        cd["norm_stats"] = read_json(p / "dataset_statistics.json", expect=dict)
     present = {kind: f for kind in SIDE_FILES if (f := side_file(p, kind)) is not None}
     given_family = given.get("model_type")
     fam = get_family(given_family) if given_family is not None else family_for_checkpoint(p)

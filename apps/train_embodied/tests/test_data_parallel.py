@@ -1,12 +1,19 @@
-"""The sample layout of a rollout spread over data-parallel ranks, from the per-rank summaries the ranks exchange
-in one gather before the update (here the gather is a list of two ranks' summaries, in rank order)."""
+"""Data-parallel bookkeeping: the sample layout of a rollout spread over ranks, from the per-rank summaries the
+ranks exchange in one gather before the update (here the gather is a list of two ranks' summaries, in rank order),
+and each rank's micro-batches of a minibatch."""
 
 from __future__ import annotations
 
 import torch
 
 from train_embodied.batches import SampleBatch
-from train_embodied.sharding import minibatch_share, num_micro_batches, rank_summary, sample_layout
+from train_embodied.data_parallel import (
+    micro_batches,
+    minibatch_share,
+    num_micro_batches,
+    rank_summary,
+    sample_layout,
+)
 
 T, B, C = 3, 5, 2
 
@@ -56,6 +63,8 @@ def test_two_ranks_summaries_lay_out_the_rollout_as_one_process_flattens_it() ->
     # rank 0 holds samples 0 (t=0, b=0) and 11 (t=2, b=1); rank 1 samples 2, 3, 7 (t=1, b=2) and 14 (t=2, b=4)
     assert mine[0].tolist() == [0, 5] and mine[1].tolist() == [0, 1, 3, 8]
     assert num_micro_batches(minibatch, layout, 2) == 2  # rank 1's 4 samples; rank 0 pads its second pass
+    assert [m.tolist() for m in micro_batches(minibatch, layout, 0, 2)] == [[0, 5], []]
+    assert [m.tolist() for m in micro_batches(minibatch, layout, 1, 2)] == [[0, 1], [3, 8]]
     # the critic's values and targets of every rank's loss samples: the whole rollout's, in rank order
     values = torch.cat([s.critic[0] for s in summaries])
     assert sorted(values.tolist()) == sorted(whole.old_values[whole.mask].tolist())

@@ -292,6 +292,36 @@ RESUME_CASES = [
     ),
 ]
 
+#: Run folders (`runner.logger.log_dir`) with a file of ours that is a link out of the folder (a resumed run would
+#: overwrite the link's target), and folders a fresh run would write over (a model folder, a finished run).
+LINKED_RUN_FILES = ("metrics.jsonl", "run.lock", "config.json", "summary.json", "policy")
+RUN_FOLDER_CASES = [
+    *[
+        (
+            f"run-folder-link-{name.replace('.', '-')}",
+            [CONFIG, f"runner.logger.log_dir={{tmp}}/linked_{name}", "runner.resume_dir=auto"],
+            f"{{tmp}}/linked_{name}/{name} is a link to {{tmp}}/outside/{name}, outside the run folder",
+        )
+        for name in LINKED_RUN_FILES
+    ],
+    (
+        "log-dir-is-a-model-folder",
+        [CONFIG, "runner.logger.log_dir={tmp}/models/tiny"],
+        "runner.logger.log_dir='{tmp}/models/tiny' is invalid: it is a model folder",
+    ),
+    (
+        "log-dir-is-a-model-folder-even-resuming",
+        [CONFIG, "runner.logger.log_dir={tmp}/models/tiny", "runner.resume_dir=auto"],
+        "it is a model folder (config.json and weights), not a run folder",
+    ),
+    (
+        "log-dir-is-a-finished-run",
+        [CONFIG, "runner.logger.log_dir={tmp}/finished_run"],
+        "runner.logger.log_dir='{tmp}/finished_run' is invalid: it already holds checkpoints, policy, and a fresh "
+        "run would mix its files with those: to continue the run there set runner.resume_dir=auto",
+    ),
+]
+
 #: Model folders (`actor.model.model_path`): missing files, config.json that is not JSON, shapes or settings that
 #: contradict the config. Filled in with the model-folder checks.
 MODEL = "actor.model.model_path={tmp}/models/"
@@ -353,6 +383,7 @@ MODEL_FOLDER_CASES = [
 
 CASES = (
     KEY_CASES
+    + RUN_FOLDER_CASES
     + QUOTING_CASES
     + YAML_CASES
     + FILE_CASES
@@ -457,6 +488,15 @@ def corpus(tmp_path_factory) -> Path:
         _checkpoint(tmp / name, trainer={"step": 1, "iteration": iteration})
     _checkpoint(tmp / "finished_run", _policy())
     shutil.copytree(tmp / "models" / "tiny", tmp / "finished_run" / "policy")
+    for name in LINKED_RUN_FILES:  # a run folder whose file `name` links to <tmp>/outside/<name>
+        (tmp / "outside").mkdir(exist_ok=True)
+        outside = tmp / "outside" / name
+        if name == "policy":
+            shutil.copytree(tmp / "models" / "tiny", outside)
+        else:
+            outside.write_text(f"{name}: a file of the user's that no run may change\n")
+        (tmp / f"linked_{name}").mkdir()
+        (tmp / f"linked_{name}" / name).symlink_to(outside)
     return tmp
 
 
@@ -580,6 +620,26 @@ def test_a_read_only_log_path_is_one_line(tmp_path: Path, capsys) -> None:
     lines = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2 and len(lines) == 1, lines
     assert "runner.logger.log_dir='/sys/vla_runs/" in lines[0] and "/sys is not writable" in lines[0]
+
+
+def test_files_a_run_folder_links_to_stay_as_they_were(corpus: Path, capsys) -> None:
+    """The real command (no --validate) on each run folder with a link out of it: one line, and the link's target
+    (a file or folder of the user's) is byte for byte what it was."""
+
+    def snapshot() -> dict[str, bytes]:
+        root = corpus / "outside"
+        return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+    before = snapshot()
+    for name in LINKED_RUN_FILES:
+        with pytest.raises(SystemExit) as info:
+            train_main([CONFIG, f"runner.logger.log_dir={corpus}/linked_{name}", "runner.resume_dir=auto"])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert info.value.code == 2 and len(err) == 1 and f"linked_{name}/{name} is a link to" in err[0], err
+        assert sorted(p.name for p in (corpus / f"linked_{name}").iterdir()) == [
+            name
+        ]  # nothing written beside
+    assert snapshot() == before
 
 
 def test_the_corpus_covers_every_class() -> None:

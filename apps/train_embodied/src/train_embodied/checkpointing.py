@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from train_embodied.run_folder import write_atomic
 from train_embodied.run_state import RunState
 from vla_infra import (
     COMPLETE_MARKER,
@@ -117,7 +118,7 @@ def drop_metrics_after(log_dir: str | Path, step: int) -> None:
                 kept.append(line)
         except (ValueError, KeyError, TypeError):  # a line cut short by the crash
             continue
-    path.write_text("".join(f"{line}\n" for line in kept))
+    write_atomic(path, "".join(f"{line}\n" for line in kept))
 
 
 def choose_resume(resume_dir: str | None, log_dir: str | Path) -> Path | None:

@@ -137,7 +137,10 @@ def _run(prog: str, tc) -> int:
             f"{prog}: error: runner.resume_dir={tc.runner.resume_dir!r}: {_first_line(exc)}", file=sys.stderr
         )
         return 2
-    except (SimulatorUnavailable, TrainingDiverged, CheckpointSaveError) as exc:
+    except TrainingDiverged as exc:
+        print(f"{prog}: error: {_first_line(exc)}; {last_checkpoint_text(tc.log_dir)}", file=sys.stderr)
+        return 1
+    except (SimulatorUnavailable, CheckpointSaveError) as exc:
         print(f"{prog}: error: {_first_line(exc)}", file=sys.stderr)
         return 1
     except WorkerFailure as exc:

@@ -5,6 +5,9 @@ NaN into the weights (and from there into every later rollout); a run of them en
   loss are finite; otherwise the gradients are dropped and the minibatch counts as skipped.
 - `nonfinite_inputs`: per update, the rollout tensors the update would read (advantages, returns, old
   log-probs, old values) that hold NaN/inf; the runner skips the whole update when there are any.
+- `first_nonfinite_weight`: after an update, the first parameter holding NaN/inf (a finite loss and gradient can
+  still step a weight past the float range, e.g. with a huge learning rate); the runner stops before that state
+  is saved or sent to the rollout.
 - `SkippedUpdates`: counts consecutive skipped updates and raises `TrainingDiverged` at the limit
   (`runner.max_consecutive_skipped_updates`).
 """
@@ -21,6 +24,9 @@ from train_embodied.batches import SampleBatch
 SKIPPED_MINIBATCHES = "train/skipped_minibatch_fraction"
 #: Metric: 1.0 when the whole update was skipped (non-finite inputs, or every minibatch skipped).
 SKIPPED_UPDATE = "train/skipped_update"
+#: Metric: 1.0 when the update's last minibatch was skipped after earlier ones stepped: its loss, non-finite, is
+#: that of the weights the update ends with, so those weights are not to be saved or sampled with.
+NONFINITE_FINAL_LOSS = "train/nonfinite_final_loss"
 
 _CHECKED_INPUTS = ("advantages", "returns", "old_logprobs", "old_values")
 
@@ -61,6 +67,24 @@ def nonfinite_inputs(samples: SampleBatch) -> list[str]:
         if count:
             bad.append(f"{name} ({count} of {rows.numel()})")
     return bad
+
+
+def nonfinite_loss_terms(metrics: dict[str, float]) -> list[str]:
+    """The loss terms of `metrics` (`train/...loss` keys) that are NaN/inf, as `key=value`."""
+    return [f"{k}={v}" for k, v in metrics.items() if k.endswith("loss") and not math.isfinite(v)]
+
+
+def first_nonfinite_weight(module: torch.nn.Module) -> str | None:
+    """The first parameter of `module` holding NaN/inf, as `name (k of n entries)`, else None. A sharded parameter
+    is checked on this rank's shard (the caller gathers the ranks' answers)."""
+    for name, param in module.named_parameters():
+        local = param.to_local() if hasattr(param, "to_local") else param
+        if not local.is_floating_point():
+            continue
+        bad = int((~torch.isfinite(local.detach())).sum())
+        if bad:
+            return f"{name} ({bad} of {local.numel()} entries)"
+    return None
 
 
 class SkippedUpdates:

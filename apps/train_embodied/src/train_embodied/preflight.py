@@ -4,12 +4,14 @@ config is valid and before any worker, simulator or model is built. Each problem
 A check is a function `(tc) -> list of problem lines` about one thing the run reads:
 
 - `run_folder_problems`: the run folder (`runner.logger.log_dir`) can be created and written;
+- `run_folder_contents_problems`: no link in it leads out of it, and it holds no model and no other run's files
+  unless this run resumes there;
 - `resume_problems`: the checkpoint `runner.resume_dir` resumes from exists, is complete and intact, holds no file
   that is not what its name says, and fits the policy `actor.model` describes;
 - `model_folder_problems`: the folder `actor.model.model_path` loads (a small one is loaded once here).
 
-A command runs the checks of what it reads (`TRAIN_CHECKS`, `SFT_CHECKS`); a further check (links that leave the run
-folder, a folder another run owns, a simulator or its assets missing on this machine) is one more function in them.
+A command runs the checks of what it reads (`TRAIN_CHECKS`, `SFT_CHECKS`); a further check is one more function in
+them.
 Every check runs, so the user sees every problem at once.
 """
 
@@ -25,7 +27,7 @@ from train_embodied.checkpointing import ResumeError, resume_checkpoint
 from train_embodied.config.sections import ModelSection
 from train_embodied.config.train_config import TrainConfig
 from train_embodied.policy_io import build_policy_for_run, load_settings, model_config
-from train_embodied.run_folder import folder_problem
+from train_embodied.run_folder import folder_problem, link_problem, occupied_problem
 from train_embodied.run_state import RunState
 from vla_infra import (
     COMPLETE_MARKER,
@@ -46,6 +48,14 @@ def run_folder_problems(tc: TrainConfig) -> list[str]:
     """One line if the run could not create or write its folder (`run_folder.folder_problem`)."""
     problem = folder_problem(tc.log_dir)
     return [problem] if problem else []
+
+
+def run_folder_contents_problems(tc: TrainConfig) -> list[str]:
+    """One line each: a link in the run folder that leads out of it (`run_folder.link_problem`); a folder that
+    holds a model or another run's files when this run does not resume there (`run_folder.occupied_problem`)."""
+    resume_dir = None if tc.runner.only_eval else tc.runner.resume_dir
+    found = (link_problem(tc.log_dir), occupied_problem(tc.log_dir, resume_dir))
+    return [problem for problem in found if problem]
 
 
 def resume_problems(tc: TrainConfig) -> list[str]:
@@ -107,9 +117,14 @@ def model_folder_problems(tc: TrainConfig) -> list[str]:
     return [f"actor.model.model_path={path!r} is invalid: {problem}"] if problem else []
 
 
-#: What each command reads before it starts: `vla-train` / `vla-eval` the run folder, the resume checkpoint and the
-#: model folder; `vla-sft` (a policy built from scratch) the run folder and the resume checkpoint.
-TRAIN_CHECKS: tuple[Check, ...] = (run_folder_problems, resume_problems, model_folder_problems)
+#: What each command reads before it starts: `vla-train` / `vla-eval` the run folder (and what is in it), the resume
+#: checkpoint and the model folder; `vla-sft` (a policy built from scratch) the run folder and the resume checkpoint.
+TRAIN_CHECKS: tuple[Check, ...] = (
+    run_folder_problems,
+    run_folder_contents_problems,
+    resume_problems,
+    model_folder_problems,
+)
 SFT_CHECKS: tuple[Check, ...] = (run_folder_problems, resume_problems)
 
 

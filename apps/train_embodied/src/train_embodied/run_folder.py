@@ -1,6 +1,7 @@
 """The run folder (`runner.logger.log_dir`): a name that stays inside `log_path`, a folder the run can write, one
-run at a time (a lock naming the process that holds it), and a saved `config.json` without the values of
-environment variables (`${oc.env:...}`: tokens and passwords are not written into shared run folders)."""
+run at a time (a lock naming the process that holds it), no link in it that leads out of it, no fresh run over
+another run's or a model's files, writes that are atomic (`write_atomic`), and a saved `config.json` without the
+values of environment variables (`${oc.env:...}`: tokens and passwords are not written into shared run folders)."""
 
 from __future__ import annotations
 
@@ -50,6 +51,74 @@ def folder_problem(path: str | Path, key: str = "runner.logger.log_dir") -> str 
     return None
 
 
+def link_problem(path: str | Path, key: str = "runner.logger.log_dir") -> str | None:
+    """One line naming the first symbolic link inside the run folder `path` whose target lies outside it (a run
+    that writes `metrics.jsonl`, `config.json`, `summary.json`, `policy/`, ... would write through it onto a file
+    the user did not name), else None. Links that stay inside the folder are allowed; links to folders are not
+    entered."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    real_root = root.resolve()
+    for folder, subfolders, files in os.walk(root):  # does not follow links
+        for name in sorted(subfolders + files):
+            entry = Path(folder) / name
+            if entry.is_symlink() and not entry.resolve().is_relative_to(real_root):
+                return (
+                    f"{key}={str(path)!r} is invalid: {entry} is a link to {entry.resolve()}, outside the run "
+                    "folder, and a run never writes through one: remove the link or give the run another folder"
+                )
+    return None
+
+
+def occupied_problem(
+    path: str | Path, resume_dir: str | None, key: str = "runner.logger.log_dir"
+) -> str | None:
+    """One line if a run starting in `path` would write over files that are not its own, else None: a model folder
+    (`config.json` and weights at its top), or (a fresh run: no `runner.resume_dir` that resumes in this folder)
+    any non-empty folder, such as a finished run, whose checkpoints and metrics the new run would mix with its own.
+    The lock file a run that stopped at once leaves behind does not count."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    entries = sorted(
+        e.name for e in root.iterdir() if e.name != LOCK_FILE and not e.name.startswith(".write-probe-")
+    )
+    if not entries:
+        return None
+    fix = (
+        "give the run a new or empty folder (without runner.logger.log_dir a run gets "
+        "<runner.logger.log_path>/<experiment_name>/<time>)"
+    )
+    if (root / "config.json").is_file() and any(root.glob("*.safetensors")):
+        return f"{key}={str(path)!r} is invalid: it is a model folder (config.json and weights), not a run folder: {fix}"
+    own = resume_dir == "auto" or (resume_dir and Path(resume_dir).resolve().is_relative_to(root.resolve()))
+    if own:
+        return None
+    shown = ", ".join(entries[:4]) + (f" and {len(entries) - 4} more" if len(entries) > 4 else "")
+    return (
+        f"{key}={str(path)!r} is invalid: it already holds {shown}, and a fresh run would mix its files with "
+        f"those: to continue the run there set runner.resume_dir=auto, else {fix}"
+    )
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file beside it and a rename: a reader sees the old file or the
+    new one, never part of one, and a link at `path` is replaced, not written through. The temporary file is
+    removed when the write fails (a full disk)."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 @contextmanager
 def run_folder_lock(path: str | Path, key: str = "runner.logger.log_dir") -> Iterator[Path]:
     """Hold `<path>/run.lock` (an exclusive `flock`, released when the process ends, even when killed) for the
@@ -62,7 +131,7 @@ def run_folder_lock(path: str | Path, key: str = "runner.logger.log_dir") -> Ite
     folder = Path(path)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     except OSError as exc:
         raise RunFolderError(
             f"{key}={str(path)!r} cannot be written: {exc.strerror or exc} ({exc.filename or folder})"

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 from train_embodied.config.train_config import TrainConfig
+from train_embodied.run_folder import write_atomic
 from train_embodied.seeds import ENV_STAGE, stream_seed
 from train_embodied.workers import ActorWorker, EnvWorker, RolloutWorker
 from vla_algos import get_advantage_estimator
@@ -190,9 +190,7 @@ class RunWorkers:
         """Write `worker_pids()` to `pid_file` (atomically; nothing without a `pid_file`)."""
         if self.pid_file is None:
             return
-        tmp = self.pid_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.worker_pids()))
-        os.replace(tmp, self.pid_file)
+        write_atomic(self.pid_file, json.dumps(self.worker_pids()))
 
     @property
     def worker_restarts(self) -> int:

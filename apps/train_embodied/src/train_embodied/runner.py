@@ -33,9 +33,10 @@ from train_embodied.metrics import (
     make_logger,
     rollout_episode_metrics,
 )
-from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates
+from train_embodied.numerics import SKIPPED_MINIBATCHES, SKIPPED_UPDATE, SkippedUpdates, TrainingDiverged
 from train_embodied.progress import progress_bar
 from train_embodied.rollout import RolloutBatch, collect_rollout, concat_rollouts
+from train_embodied.run_folder import write_atomic
 from train_embodied.run_state import RunState
 from train_embodied.run_workers import RunWorkers
 from train_embodied.seeds import stream_seed
@@ -85,7 +86,7 @@ def run(tc: TrainConfig) -> dict[str, Any]:
     state = RunState()
     log_dir = Path(tc.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / "config.json").write_text(json.dumps(tc.raw, indent=2, default=str))
+    write_atomic(log_dir / "config.json", json.dumps(tc.raw, indent=2, default=str))
     set_torch_threads(tc.runner.torch_num_threads)
     seed_everything(tc.runner.seed)
     resume_from = None if tc.runner.only_eval else choose_resume(tc.runner.resume_dir, log_dir)
@@ -270,7 +271,7 @@ def _update(t: Trainer, batch: RolloutBatch, i: int) -> dict[str, float]:
     algo, optim, runner = t.tc.algorithm, t.tc.actor.optim, t.tc.runner
     shard = rollout_shard(batch, split_unit=algo.group_size if t.estimator.grouped_starts else 1)
     t.w.rollout.hand_over(t.w.trajectory_channel, t.w.actor_rows(shard))
-    metrics, bad_inputs = t.w.actor.train_on_rollout(
+    metrics, bad_inputs, diverged = t.w.actor.train_on_rollout(
         shard,
         t.w.trajectory_channel,
         t.w.rollout.world_size,
@@ -278,6 +279,12 @@ def _update(t: Trainer, batch: RolloutBatch, i: int) -> dict[str, float]:
         train_policy=i >= algo.critic_warmup_epochs,  # warm-up: value loss only
         lr_scale=lr_decay_scale(optim.lr_decay_style, i, runner.num_iterations, optim.min_lr / optim.lr),
     )
+    if diverged is not None:  # stop before these weights are saved, synced to the rollout or evaluated
+        raise TrainingDiverged(
+            f"iteration {i + 1}: the weights after the update are unusable: {diverged}; the run stops before "
+            "they are saved or sampled with: lower actor.optim.lr (or actor.optim.clip_grad), then resume from the "
+            "last complete checkpoint"
+        )
     why = (
         "NaN/inf in " + ", ".join(bad_inputs)
         if bad_inputs
@@ -343,7 +350,7 @@ def _finish(
     summary["history"] = state.history
     summary["eval_tables"] = state.eval_tables
     logger.close()
-    (log_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_atomic(log_dir / "summary.json", json.dumps(summary, indent=2))
     table = eval_tables_text(state.eval_tables)
     if table:
         print("[done] held-out success per group and per task (%):\n" + table)

@@ -20,6 +20,7 @@ import torch
 from train_embodied.config.train_config import TrainConfig
 from train_embodied.policy_io import build_policy_for_run, model_config, select_proprio
 from train_embodied.progress import progress_bar
+from train_embodied.run_folder import write_atomic
 
 
 def sft_output_dir(tc: TrainConfig) -> Path:
@@ -46,7 +47,7 @@ def make_demos(tc: TrainConfig, out: Path) -> Path:
         print(f"[sft] reusing demos in {demo_dir}")
         return demo_dir
     generate_demos(demo_dir, settings, num_workers=2, progress=partial(progress_bar, tc.runner.progress_bar))
-    stamp.write_text(json.dumps(settings))
+    write_atomic(stamp, json.dumps(settings))
     return demo_dir
 
 
@@ -192,6 +193,6 @@ def run_sft(tc: TrainConfig) -> Path:
         "demo_seconds": demo_seconds,
         "wall_seconds": round(time.time() - t_start, 1),
     }
-    (out / "sft_summary.json").write_text(json.dumps(info, indent=2))
+    write_atomic(out / "sft_summary.json", json.dumps(info, indent=2))
     print(f"[sft] loss {info['final_loss']}; saved {policy_dir} in {info['wall_seconds']}s")
     return policy_dir

@@ -20,7 +20,7 @@ from train_embodied.batches import SampleBatch
 from train_embodied.config.sections import AlgorithmSection, OptimSection
 from train_embodied.data_parallel import SampleLayout, micro_batches
 from train_embodied.loss_inputs import micro_batch_inputs
-from train_embodied.numerics import finite_optimizer_step
+from train_embodied.numerics import NONFINITE_FINAL_LOSS, finite_optimizer_step
 from vla_algos import LossSettings, get_policy_loss, minibatch_weight_sums
 from vla_infra import all_reduce_sums, clip_grad_norm
 from vla_models import Policy
@@ -79,7 +79,9 @@ def ppo_update(
     approx-KL to the rollout policy exceeds it (metric `train/actor/early_stopped`).
 
     Returns:
-        (mean metrics over minibatches, number of optimizer steps).
+        (mean metrics over minibatches, number of optimizer steps). `numerics.NONFINITE_FINAL_LOSS` is 1.0 when
+        the last minibatch's loss was non-finite after earlier minibatches stepped: the weights it returns with
+        give that loss.
     """
     if algo.kl_beta > 0 and reference is None:
         raise ValueError(f"ppo_update: kl_beta={algo.kl_beta} needs the reference policy (`reference`)")
@@ -100,6 +102,8 @@ def ppo_update(
     steps = 0
     first_kl = 0.0
     stopped = False
+    stepped = False  # some minibatch of this update stepped the optimizer
+    final_loss_bad = False
     for _ in range(algo.update_epoch):
         if stopped:
             break
@@ -134,7 +138,10 @@ def ppo_update(
                     acc[k] = acc.get(k, 0.0) + (0.0 if padding else float(v))
             acc = all_reduce_sums(acc)  # the whole minibatch's metrics
             grad_norm = clip_grad_norm(params, optim.clip_grad if optim.clip_grad > 0 else float("inf"))
-            finite_optimizer_step(optimizer, grad_norm, acc)  # NaN/inf: no step, counted
+            took_step = finite_optimizer_step(optimizer, grad_norm, acc)  # NaN/inf: no step, counted
+            # the last minibatch's loss is that of the weights the update ends with when it took no step
+            final_loss_bad = stepped and not took_step
+            stepped = stepped or took_step
             steps += 1
             acc["train/actor/grad_norm"] = float(grad_norm)
             if count == 0:  # before any step on this rollout the ratio must be exactly 1 (rollout == actor)
@@ -155,6 +162,7 @@ def ppo_update(
     out["train/actor/lr"] = float(optimizer.param_groups[0]["lr"])
     out["train/actor/first_minibatch_approx_kl"] = first_kl
     out["train/actor/num_samples"] = float(n)
+    out[NONFINITE_FINAL_LOSS] = float(final_loss_bad)
     return out, steps
 
 

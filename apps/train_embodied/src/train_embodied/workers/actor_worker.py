@@ -18,7 +18,12 @@ from train_embodied.data_parallel import (
     rank_task_groups,
     sample_layout,
 )
-from train_embodied.numerics import SKIPPED_MINIBATCHES
+from train_embodied.numerics import (
+    NONFINITE_FINAL_LOSS,
+    SKIPPED_MINIBATCHES,
+    first_nonfinite_weight,
+    nonfinite_loss_terms,
+)
 from train_embodied.policy_io import build_optimizer, build_policy_for_run, frozen_copy
 from train_embodied.sharding import save_unsharded, shard_policy
 from train_embodied.trajectories import RolloutShard, assemble_rollout
@@ -228,7 +233,7 @@ class ActorWorker(WeightSenderWorker):
         seed: int,
         train_policy: bool = True,
         lr_scale: float = 1.0,
-    ) -> tuple[dict[str, float], list[str]]:
+    ) -> tuple[dict[str, float], list[str], str | None]:
         """Advantages and the update on this rank's data-parallel share of an iteration's rollouts.
 
         `shard` is this rank's whole env rows (the env side; `vla_infra` dispatch `dp_split` never cuts a GRPO
@@ -239,8 +244,9 @@ class ActorWorker(WeightSenderWorker):
         `lr_scale`: the iteration's learning-rate decay factor (`update.lr_decay_scale`).
 
         Returns:
-            (metrics: `train/*` and `rollout/*`, the names of non-finite update inputs; when there are any the
-            update is skipped on every rank).
+            (metrics: `train/*` and `rollout/*`, the names of non-finite update inputs (when there are any the
+            update is skipped on every rank), and why the weights the update ends with must not be used (NaN/inf in
+            them, or a NaN/inf loss they give; None when they are fine).
         """
         parts = channel.get_batch(int(num_parts), key=self.rank, timeout=600.0)
         batch = assemble_rollout(shard, [piece for part in parts for piece in part])
@@ -261,15 +267,23 @@ class ActorWorker(WeightSenderWorker):
         stats = combine_rank_stats([(r.stats, r.stat_weights) for r in summaries])
         bad = sorted({name for r in summaries for name in r.nonfinite})
         if bad:  # NaN/inf advantages or returns would reach the weights: skip this update (on every rank)
-            return {SKIPPED_MINIBATCHES: 1.0, **stats}, bad
+            return {SKIPPED_MINIBATCHES: 1.0, **stats}, bad, None
         layout = sample_layout([r.samples for r in summaries], t) if self.sharded else None
         metrics = self.train(samples, seed, train_policy=train_policy, layout=layout, lr_scale=lr_scale)
+        diverged = None  # why the weights this update ends with are not to be saved or sampled with
+        if metrics.pop(NONFINITE_FINAL_LOSS, 0.0):  # every rank has the whole minibatches' metrics
+            terms = ", ".join(nonfinite_loss_terms(metrics)) or "train/loss"
+            diverged = f"they give a NaN/inf loss on the update's last minibatch ({terms})"
+        with self._on_device():
+            weights = [w for w in gather_objects(first_nonfinite_weight(self.policy)) if w]
+        if weights:
+            diverged = f"they hold NaN/inf (first: {weights[0]})"
         critic = [r.critic for r in summaries if r.critic is not None]
         if critic:  # over the whole rollout (a micro-batch's can be NaN)
             values = torch.cat([c[0] for c in critic])
             returns = torch.cat([c[1] for c in critic])
             metrics["train/critic/explained_variance"] = float(explained_variance(values, returns))
-        return {**metrics, **stats}, []
+        return {**metrics, **stats}, [], diverged
 
     @register("one_to_all", collect="first")
     def save_checkpoint(self, path: str, trainer_state: dict[str, Any]) -> str:

@@ -56,7 +56,7 @@ KEY_CASES = [
     (
         "worker-timeout-nan",
         [CONFIG, "cluster.worker_timeout_s=nan"],
-        "cluster.worker_timeout_s=nan is invalid: must be a finite number of seconds > 0",
+        "cluster.worker_timeout_s=nan is invalid: must be a finite number",
     ),
     (
         "worker-timeout-zero",
@@ -66,7 +66,7 @@ KEY_CASES = [
     (
         "worker-start-timeout-inf",
         [CONFIG, "cluster.worker_start_timeout_s=inf"],
-        "cluster.worker_start_timeout_s=inf is invalid: must be a finite number of seconds > 0",
+        "cluster.worker_start_timeout_s=inf is invalid: must be a finite number",
     ),
     ("temperature", [CONFIG, "rollout.temperature=0"], "rollout.temperature=0.0 is invalid: must be > 0"),
     ("greedy-rollouts", [CONFIG, "rollout.do_sample=false"], "rollout.do_sample=False is not supported"),
@@ -304,6 +304,15 @@ RUN_FOLDER_CASES = [
         )
         for name in LINKED_RUN_FILES
     ],
+    (
+        "video-folder-under-a-file",
+        [
+            CONFIG,
+            "env.eval.video_cfg.save_video=true",
+            "env.eval.video_cfg.video_base_dir={tmp}/notes.txt/videos",
+        ],
+        "env.eval.video_cfg.video_base_dir='{tmp}/notes.txt/videos' is invalid: {tmp}/notes.txt is not a folder",
+    ),
     (
         "log-dir-is-a-model-folder",
         [CONFIG, "runner.logger.log_dir={tmp}/models/tiny"],

@@ -63,3 +63,58 @@ def test_every_env_that_records_videos_names_them_by_tag() -> None:
     for env in envs:
         if "EpisodeVideoRecorder" in inspect.getsource(inspect.getmodule(env)):
             assert env.set_video_tag is not BatchedEnv.set_video_tag, env.__name__
+
+
+def _episode(recorder, frames: int = 6) -> None:
+    image = np.zeros((1, 16, 16, 3), np.uint8)
+    recorder.start(image)
+    for step in range(1, frames):
+        recorder.add(0, image[0] + step, step=step, reward=0.0, success=False)
+
+
+def test_a_video_the_file_system_refuses_is_one_error_naming_it(tmp_path) -> None:
+    """A video folder that cannot be made (here a file stands where it should be) raises `VideoWriteError`, an
+    OSError naming the video; the recorder then drops its other episodes instead of failing again on close."""
+    from vla_envs.video import EpisodeVideoRecorder, VideoWriteError
+
+    (tmp_path / "videos").write_text("a file where the folder should be")
+    recorder = EpisodeVideoRecorder(VideoConfig(save_video=True, video_base_dir=str(tmp_path / "videos")), 1)
+    _episode(recorder)
+    with pytest.raises(VideoWriteError) as info:
+        recorder.finish(0, None)
+    assert info.value.filename == str(tmp_path / "videos" / "episode_env0_ep0.mp4")
+    assert info.value.strerror and "\n" not in str(info.value)
+    _episode(recorder)
+    recorder.close()  # no second error
+
+
+def test_a_cut_video_is_not_kept(tmp_path) -> None:
+    """ffmpeg can end without an error while the disk took only part of its output (here a file size limit): the
+    cut file is removed and the error names the video."""
+    import resource
+    import subprocess
+    import sys
+
+    script = (
+        "import numpy as np, sys\n"
+        "from vla_envs import VideoConfig\n"
+        "from vla_envs.video import EpisodeVideoRecorder, VideoWriteError\n"
+        f"r = EpisodeVideoRecorder(VideoConfig(save_video=True, video_base_dir={str(tmp_path)!r}), 1)\n"
+        "rng = np.random.default_rng(0)\n"
+        "r.start(rng.integers(0, 255, (1, 64, 64, 3), dtype=np.uint8))\n"
+        "for s in range(1, 40):\n"
+        "    r.add(0, rng.integers(0, 255, (64, 64, 3), dtype=np.uint8), step=s, reward=0.0, success=False)\n"
+        "try:\n"
+        "    r.finish(0, None)\n"
+        "except VideoWriteError as exc:\n"
+        "    print(exc.filename)\n"
+        "    sys.exit(3)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (16384, 16384)),
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.stdout.strip() == str(tmp_path / "episode_env0_ep0.mp4")
+    assert list(tmp_path.iterdir()) == []

@@ -7,6 +7,7 @@ Config problems are reported one per line on stderr with exit status 2, before a
 
 from __future__ import annotations
 
+import errno
 import io
 import signal
 import sys
@@ -99,12 +100,20 @@ def _load(prog: str, config: str, overrides: list[str], flags: set[str], *, sft:
     return tc
 
 
+#: OSError numbers of a write the disk or the folder refused (full disk, quota, file size limit, read-only file
+#: system, permissions, an I/O error): the run ends in one line naming the file.
+_WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+)
+
+
 def _run(prog: str, tc) -> int:
     """Run the trainer in its locked run folder; each fault the user must act on is one line on stderr: a run
     folder that cannot be written or is in use by another run, or a resume checkpoint that does not fit (exit 2,
     before any simulator starts where it can be found then); something this machine lacks that a worker found
     (a `vla_envs.SimulatorSetupError`, exit 2); a simulator that cannot start, an update that keeps diverging, a
-    checkpoint save that fails (a full disk; older checkpoints stay intact), a worker that does not answer within
+    checkpoint save that fails (a full disk; older checkpoints stay intact), a metrics, tensorboard or video file
+    that cannot be written (a full disk), a worker that does not answer within
     cluster.worker_timeout_s, a lost node or a worker that died too often, once runner.max_restarts are used up
     (exit 1; the line names the worker, the phase and the last complete checkpoint); Ctrl-C (exit 130) and SIGTERM
     (exit 143): the workers are shut down."""
@@ -142,6 +151,17 @@ def _run(prog: str, tc) -> int:
         return 1
     except (SimulatorUnavailable, CheckpointSaveError) as exc:
         print(f"{prog}: error: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        # a full disk (or a folder that stopped being writable) while writing metrics, tensorboard events or videos
+        where = exc.filename or "a file of the run"
+        print(
+            f"{prog}: error: cannot write {where}: {exc.strerror or _first_line(exc)}; the run stopped; "
+            f"{last_checkpoint_text(tc.log_dir)}; run folder {tc.log_dir}",
+            file=sys.stderr,
+        )
         return 1
     except WorkerFailure as exc:
         if (lack := _setup_error(exc)) is not None:  # a worker found something this machine lacks

@@ -106,11 +106,15 @@ class _JsonlLogger:
     """Always-on copy of every logged dict in `<log_dir>/metrics.jsonl` (easy to plot and to test)."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self.file = path.open("a")
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        self.file.write(json.dumps({"step": step, **{k: float(v) for k, v in metrics.items()}}) + "\n")
-        self.file.flush()
+        try:
+            self.file.write(json.dumps({"step": step, **{k: float(v) for k, v in metrics.items()}}) + "\n")
+            self.file.flush()
+        except OSError as exc:  # a full disk: the error names the file
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def close(self) -> None:
         self.file.close()

@@ -6,6 +6,7 @@ A check is a function `(tc) -> list of problem lines` about one thing the run re
 - `run_folder_problems`: the run folder (`runner.logger.log_dir`) can be created and written;
 - `run_folder_contents_problems`: no link in it leads out of it, and it holds no model and no other run's files
   unless this run resumes there;
+- `video_folder_problems`: the folders episode videos go to can be created and written;
 - `resume_problems`: the checkpoint `runner.resume_dir` resumes from exists, is complete and intact, holds no file
   that is not what its name says, and fits the policy `actor.model` describes;
 - `model_folder_problems`: the folder `actor.model.model_path` loads (a small one is loaded once here).
@@ -55,6 +56,21 @@ def run_folder_contents_problems(tc: TrainConfig) -> list[str]:
     holds a model or another run's files when this run does not resume there (`run_folder.occupied_problem`)."""
     resume_dir = None if tc.runner.only_eval else tc.runner.resume_dir
     found = (link_problem(tc.log_dir), occupied_problem(tc.log_dir, resume_dir))
+    return [problem for problem in found if problem]
+
+
+def video_folder_problems(tc: TrainConfig) -> list[str]:
+    """One line per env whose `video_cfg.save_video` is on and whose `video_base_dir` could not be created or
+    written (`run_folder.folder_problem`)."""
+    envs = [("env.eval", tc.env_eval)] + ([] if tc.runner.only_eval else [("env.train", tc.env_train)])
+    run = Path(tc.log_dir).absolute()
+    found = [
+        folder_problem(env.video.video_base_dir, key=f"{split}.video_cfg.video_base_dir")
+        for split, env in envs
+        if env.video.save_video
+        and env.video.video_base_dir
+        and not Path(env.video.video_base_dir).absolute().is_relative_to(run)  # the run folder's own check
+    ]
     return [problem for problem in found if problem]
 
 
@@ -122,6 +138,7 @@ def model_folder_problems(tc: TrainConfig) -> list[str]:
 TRAIN_CHECKS: tuple[Check, ...] = (
     run_folder_problems,
     run_folder_contents_problems,
+    video_folder_problems,
     resume_problems,
     model_folder_problems,
 )

@@ -98,7 +98,9 @@ def save_checkpoint(
     except BaseException as exc:
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(exc, OSError) and not isinstance(exc, (CheckpointSaveError, FileExistsError)):
+        # safetensors reports a failed write (a full disk, a file size limit) as its own SafetensorError
+        write_failed = isinstance(exc, OSError) or type(exc).__name__ == "SafetensorError"
+        if write_failed and not isinstance(exc, (CheckpointSaveError, FileExistsError)):
             raise CheckpointSaveError(
                 f"saving checkpoint {final} failed: {one_line(exc)}; its temporary folder was removed and "
                 "older checkpoints are intact"

@@ -201,6 +201,7 @@ def test_node_loss_ends_the_run_in_one_line(cluster: TwoNodes, tmp_path: Path, c
     assert _gone(pids, 15.0) == []
 
 
+@pytest.mark.long  # about 4 minutes on 2 cores: the node-loss line itself is checked in the default run
 def test_node_loss_restarts_from_the_last_checkpoint(cluster: TwoNodes, tmp_path: Path, capsys) -> None:
     """With runner.max_restarts=1 the run waits for a node to take node 1's place, starts again from its last complete
     checkpoint and ends with the weights and metrics of an uninterrupted run resumed from that checkpoint."""

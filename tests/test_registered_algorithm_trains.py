@@ -197,12 +197,16 @@ def test_a_registered_estimator_and_loss_train_a_real_iteration(registered: Call
     assert summary["algorithm"] == "group_baseline" and summary["epochs"] == 1
     assert registered.estimator == [{"group_size": 2, "rows": 4}]
     assert registered.loss >= 1
-    # from the runner's `iteration()` to the registered loss: 5 calls, each a step of the update (the worker group's
-    # dispatch between the driver and the actor is vla_infra's, not the app's)
+    # from the runner's `iteration()` to the registered loss: 5 calls, each a step of the update. The driver's two
+    # (`iteration` -> `_update` -> the actor group) are read from the runner's code; the actor's three from the
+    # stack of the loss's first call, which runs on the worker's own thread (the worker group's dispatch between
+    # the driver and the actor is vla_infra's, not the app's)
+    from train_embodied import runner
+
+    assert "_update(t, batch, i)" in inspect.getsource(runner.iteration)  # runner: one training iteration
+    assert "t.w.actor.train_on_rollout(" in inspect.getsource(runner._update)  # the update, handed to the actor
     callers = registered.loss_callers
-    assert callers[callers.index("iteration") :] == [
-        "iteration",  # runner: one training iteration
-        "_update",  # runner: the iteration's update, handed to the actor ranks
+    assert callers[callers.index("train_on_rollout") :] == [
         "train_on_rollout",  # actor worker: advantages of this rank's rows, then its training
         "train",  # actor worker: the update on this worker's device and threads
         "ppo_update",  # update: epochs of minibatches, micro-batches, the loss, the optimizer step

@@ -37,6 +37,8 @@ SCENARIOS: dict[str, tuple[list[str], dict[str, str | None], list[str]]] = {
             "env.train.image_size=32",
             "env.eval.image_size=32",
             "env.train.reward_mode=sparse",
+            "env.eval.num_trials_per_task=50",  # LIBERO's 50 fixed starts (the MetaWorld config holds out more)
+            "env.eval.trial_offset=0",
         ],
     ),
     "metaworld_display": ([], {"MUJOCO_GL": "glfw", "DISPLAY": None}, ["metaworld_ppo_tiny_cpu", *PPO_TINY]),

@@ -29,6 +29,7 @@ def test_values_set_on_the_command_line_reach_the_loss_settings_unrenamed() -> N
         "kl_beta": 0.05,
         "kl_penalty": "low_var_kl",
         "value_clip": 0.3,
+        "value_clip_mode": "clipped",
         "huber_delta": 2.0,
         "value_loss_coef": 0.7,
         "logprob_type": "action_level",

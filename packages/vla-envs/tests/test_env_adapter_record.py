@@ -291,7 +291,8 @@ def test_registering_a_name_twice_needs_overwrite(toy_line: EnvAdapter) -> None:
     register_adapter(other, overwrite=True)
     assert get_adapter(ENV_TYPE) is other and task_grouping(ENV_TYPE, ["x"]) == TaskGrouping()
     with pytest.raises(
-        ValueError, match=r"scripted-expert demos exist for env_type \['maniskill', 'metaworld'\] only"
+        ValueError,
+        match=r"scripted-expert demos exist for env_type \['libero', 'maniskill', 'metaworld', 'robotwin'\] only",
     ):
         demo_settings(EnvConfig(env_type=ENV_TYPE), episodes_per_task=1)
 

@@ -150,7 +150,10 @@ def test_import_failures_of_any_type_and_a_crashing_runtime_give_clear_errors(
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"reward_mode": "dense"}, "reward_mode='dense'.*sparse"),
+        (
+            {"task": "press_stapler", "reward_mode": "dense"},
+            "reward_mode='dense'.*'sparse' for 'press_stapler'",
+        ),
         ({"wrist_camera": "gripperPOV"}, "wrist_camera='gripperPOV'.*both"),
         (
             {"wrist_camera": "left", "extra": {"task_config": {"camera": {"collect_wrist_camera": False}}}},

@@ -131,6 +131,7 @@ def _rollout(cfg: EnvConfig, trial: int, chunks: list[np.ndarray]) -> dict[str, 
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 80 s on 2 cores
 def test_lowpoly_visuals_keep_states_rewards_and_success_bit_identical() -> None:
     trial = 7
     wps = _expert_actions("press_stapler", trial)
@@ -146,6 +147,7 @@ def test_lowpoly_visuals_keep_states_rewards_and_success_bit_identical() -> None
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 60 s on 2 cores
 def test_stepping_some_rows_leaves_the_stepped_rows_as_when_all_step() -> None:
     """Two rows from the same start: row 1 steps alone, then row 0 steps alone with the same actions, then both
     together: each call gives every stepped row the same outputs as stepping all rows would. Both arms move in every

@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 LOCK_FILE = "run.lock"
+#: what a run's start leaves in its folder before the run checks it: the lock, and the log scripts/run_embodiment.sh
+#: writes there as it starts `vla-train`
+_STARTED_FILES = frozenset({LOCK_FILE, "run_embodiment.log"})
 #: one folder name: letters, digits, '.', '_', '-', '+', '=', '@', not starting with '.' or '-'
 _NAME = re.compile(r"^[A-Za-z0-9_+=@][A-Za-z0-9._+=@-]*$")
 
@@ -77,12 +80,14 @@ def occupied_problem(
     """One line if a run starting in `path` would write over files that are not its own, else None: a model folder
     (`config.json` and weights at its top), or (a fresh run: no `runner.resume_dir` that resumes in this folder)
     any non-empty folder, such as a finished run, whose checkpoints and metrics the new run would mix with its own.
-    The lock file a run that stopped at once leaves behind does not count."""
+    What a start leaves there (the lock, the launcher's log) does not count."""
     root = Path(path)
     if not root.is_dir():
         return None
     entries = sorted(
-        e.name for e in root.iterdir() if e.name != LOCK_FILE and not e.name.startswith(".write-probe-")
+        e.name
+        for e in root.iterdir()
+        if e.name not in _STARTED_FILES and not e.name.startswith(".write-probe-")
     )
     if not entries:
         return None

@@ -101,15 +101,17 @@ def demo_norm_stats(tc: TrainConfig, actions: np.ndarray, states: np.ndarray) ->
     example), else None. A policy built from scratch bins actions over [-1, 1]; with these statistics it bins them
     over each dimension's [q01, q99] of the demos (and normalises its proprio input the same way), as OpenVLA-OFT's
     fine-tuning does with its dataset's statistics. Stored with the policy (`dataset_statistics.json`)."""
-    from vla_models import dataset_statistics
+    from vla_models import dataset_statistics, family_names, get_family
 
     if np.abs(actions).max() <= 1.0:
         return None
     model = tc.actor.model
-    if model.model_type not in ("openvla", "openvla_oft"):
+    if not get_family(model.model_type).reads_dataset_statistics:
+        takers = [name for name in family_names() if get_family(name).reads_dataset_statistics]
         raise ValueError(
             f"vla-sft: the demos' actions leave [-1, 1] (max |a| = {np.abs(actions).max():.3g}); statistics that "
-            f"map them onto the policy's bins exist for model_type openvla and openvla_oft, not {model.model_type!r}"
+            f"map them onto the policy's bins are read by actor.model.model_type {takers}, not "
+            f"{model.model_type!r}"
         )
     key = tc.env_train.task or tc.runner.logger.experiment_name
     return dataset_statistics(actions, proprio=states if model.use_proprio else None, key=key)

@@ -77,6 +77,8 @@ class ModelFamily:
         reads_robot_platform: whether the family's official code picks its action / proprio normalisation from the
             ``ROBOT_PLATFORM`` environment variable (``normalization_type`` ``bounds`` for ALOHA).
         states_without_proprio: whether the policy still receives ``states`` when ``use_proprio`` is off.
+        reads_dataset_statistics: whether the config takes OpenVLA's dataset statistics (``norm_stats``, a
+            ``dataset_statistics.json``): actions binned over each dimension's [q01, q99], not [-1, 1].
     """
 
     name: str
@@ -98,6 +100,7 @@ class ModelFamily:
     fixed_image_size: bool = True
     states_without_proprio: bool = True
     reads_robot_platform: bool = False
+    reads_dataset_statistics: bool = False
 
     @cached_property
     def config_class(self) -> type:

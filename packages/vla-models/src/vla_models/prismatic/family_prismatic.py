@@ -232,5 +232,6 @@ def prismatic_family(
         check_settings=check_settings,
         config_from_settings=prismatic_config_from_settings(name, tiny_fields or family_fields),
         load_settings=prismatic_load_settings(family_fields),
+        reads_dataset_statistics=True,
         **kw,
     )

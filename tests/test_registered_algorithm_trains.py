@@ -204,7 +204,8 @@ def test_a_registered_estimator_and_loss_train_a_real_iteration(registered: Call
     from train_embodied import runner
 
     assert "_update(t, batch, i)" in inspect.getsource(runner.iteration)  # runner: one training iteration
-    assert "t.w.actor.train_on_rollout(" in inspect.getsource(runner._update)  # the update, handed to the actor
+    # the update, handed to the actor
+    assert "t.w.actor.train_on_rollout(" in inspect.getsource(runner._update)
     callers = registered.loss_callers
     assert callers[callers.index("train_on_rollout") :] == [
         "train_on_rollout",  # actor worker: advantages of this rank's rows, then its training

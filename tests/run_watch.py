@@ -18,6 +18,15 @@ import psutil
 from vla_infra import checkpoint_problem
 
 
+def like_a_terminal_started_it() -> None:
+    """`preexec_fn` of a run the tests stop with signals: SIGINT and SIGTERM at their defaults and unblocked, as a
+    shell starts a command. A child inherits an ignored or blocked signal, and a Python started with SIGINT ignored
+    never turns Ctrl-C into KeyboardInterrupt; the test process may have either from an earlier test's libraries."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 class WatchedRun:
     """`python -m train_embodied.cli CONFIG *overrides runner.logger.log_dir=<log_dir>` in its own session."""
 
@@ -36,6 +45,7 @@ class WatchedRun:
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
+            preexec_fn=like_a_terminal_started_it,
         )
         self.seen: dict[int, psutil.Process] = {}  # every process below the run, while it ran
         self.names: dict[int, str] = {}

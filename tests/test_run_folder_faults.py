@@ -20,6 +20,9 @@ from train_embodied.cli import train_main
 from train_embodied.testing import PPO_TINY
 from vla_infra import checkpoint_problem
 
+sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: the helper module beside this file
+from run_watch import like_a_terminal_started_it
+
 pytestmark = pytest.mark.slow
 pytest.importorskip("metaworld", reason="runs real MetaWorld (vla-envs[metaworld])")
 
@@ -91,6 +94,7 @@ def test_ctrl_c_is_one_line_and_a_clean_stop(tmp_path: Path) -> None:
         [sys.executable, "-m", "train_embodied.cli", CONFIG, *RUN, "runner.max_epochs=50",
          f"runner.logger.log_dir={log_dir}"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        preexec_fn=like_a_terminal_started_it,
     )  # fmt: skip
     try:
         assert proc.stdout is not None

@@ -72,6 +72,30 @@ STEP_KEYS = (
 )
 
 
+def record_step(
+    steps: dict[str, list[Any]],
+    obs: dict[str, Any],
+    action: np.ndarray,
+    reward: float,
+    success: bool,
+    *,
+    episode: int,
+    step: int,
+    wrist: bool = True,
+) -> None:
+    """Append one demo step to `steps` (lists keyed by STEP_KEYS): the observation the action was chosen from, the
+    expert's action, the reward and success the step gave; `episode` is the job's local episode index (the writer
+    makes it global). `wrist=False`: the env has no wrist camera (None recorded)."""
+    steps["images"].append(obs["images"])
+    steps["wrist_images"].append(obs["wrist_images"] if wrist else None)
+    steps["states"].append(obs["states"])
+    steps["actions"].append(action)
+    steps["rewards"].append(np.float32(reward))
+    steps["successes"].append(np.uint8(success))
+    steps["episode_index"].append(episode)
+    steps["step_index"].append(step)
+
+
 def stack_steps(steps: dict[str, list[Any]]) -> dict[str, np.ndarray]:
     """Per-step lists of a demo job -> the arrays of one shard (`wrist_images` only when recorded).
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
-from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, run_demo_jobs, stack_steps, write_demos
+from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, record_step, run_demo_jobs, stack_steps, write_demos
 
 #: LIBERO tasks of the guides' suites with a scripted expert (`DrawerCloseExpert`): LIBERO-90's drawer-closing tasks.
 EXPERT_TASKS = (
@@ -146,14 +146,7 @@ def _run_job(args: tuple[dict[str, Any], str, list[int]]) -> dict[str, Any]:
                 if noise > 0:
                     executed[:3] = np.clip(executed[:3] + rng.normal(0.0, noise, 3), -1.0, 1.0)
                 next_obs, reward, succ, _ = sim.step(executed)
-                steps["images"].append(obs["images"])
-                steps["wrist_images"].append(obs["wrist_images"])
-                steps["states"].append(obs["states"])
-                steps["actions"].append(action)
-                steps["rewards"].append(np.float32(reward))
-                steps["successes"].append(np.uint8(succ))
-                steps["episode_index"].append(len(episodes))  # local; made global by the writer
-                steps["step_index"].append(t)
+                record_step(steps, obs, action, reward, succ, episode=len(episodes), step=t)
                 obs = next_obs
                 length += 1
                 if succ:

@@ -22,6 +22,7 @@ from vla_envs.demos import (
     DEMO_TRIAL_OFFSET,
     STEP_KEYS,
     Progress,
+    record_step,
     run_demo_jobs,
     stack_steps,
     write_demos,
@@ -136,14 +137,7 @@ def _run_job(args: tuple[dict[str, Any], tuple[str, str], list[int]]) -> dict[st
             for t in range(cfg.max_episode_steps):
                 action = expert.act(sim.base)
                 next_obs, reward, succ, _ = sim.step(perturbed(action, rng, settings))
-                steps["images"].append(obs["images"])
-                steps["wrist_images"].append(None)
-                steps["states"].append(obs["states"])
-                steps["actions"].append(action)
-                steps["rewards"].append(np.float32(reward))
-                steps["successes"].append(np.uint8(succ))
-                steps["episode_index"].append(len(episodes))  # local; made global by the writer
-                steps["step_index"].append(t)
+                record_step(steps, obs, action, reward, succ, episode=len(episodes), step=t, wrist=False)
                 obs = next_obs
                 length += 1
                 if succ:

@@ -15,7 +15,15 @@ from typing import Any
 import numpy as np
 
 from vla_envs.config import EnvConfig
-from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, Progress, run_demo_jobs, stack_steps, write_demos
+from vla_envs.demos import (
+    DEMO_TRIAL_OFFSET,
+    STEP_KEYS,
+    Progress,
+    record_step,
+    run_demo_jobs,
+    stack_steps,
+    write_demos,
+)
 
 
 def _run_job(args: tuple[dict[str, Any], str, list[int]]) -> dict[str, Any]:
@@ -49,14 +57,7 @@ def _run_job(args: tuple[dict[str, Any], str, list[int]]) -> dict[str, Any]:
                 assert sim.raw_state is not None
                 action = np.clip(policy.get_action(sim.raw_state), -1.0, 1.0).astype(np.float32)
                 next_obs, reward, succ, _ = sim.step(action)
-                steps["images"].append(obs["images"])
-                steps["wrist_images"].append(obs["wrist_images"])
-                steps["states"].append(obs["states"])
-                steps["actions"].append(action)
-                steps["rewards"].append(np.float32(reward))
-                steps["successes"].append(np.uint8(succ))
-                steps["episode_index"].append(len(episodes))  # local; made global by the writer
-                steps["step_index"].append(t)
+                record_step(steps, obs, action, reward, succ, episode=len(episodes), step=t)
                 obs = next_obs
                 length += 1
                 if succ:

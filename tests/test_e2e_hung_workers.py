@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -58,13 +59,13 @@ def _one_line(run: WatchedRun) -> str:
     return ours[0]
 
 
-@pytest.mark.ray
-def test_a_stopped_ray_actor_ends_the_run_in_one_line(tmp_path: Path) -> None:
-    pytest.importorskip("ray")
-    run = WatchedRun("metaworld_ppo_tiny_cpu", [*RUN, "cluster.backend=ray"], tmp_path / "run")
+def _stop_a_worker(run: WatchedRun, find_pid: Callable[[], int]) -> tuple[int, str, Path]:
+    """Stops (SIGSTOP) the worker `find_pid` names once the run has a checkpoint, waits for the run to end and checks
+    that it ended with code 1, in one line, with a sound last checkpoint and no process left behind. Returns the
+    stopped pid, the line and the last checkpoint."""
     try:
         run.wait_for_checkpoint(1)
-        pid = json.loads((tmp_path / "run" / "worker_pids.json").read_text())["rollout"][0]
+        pid = find_pid()
         os.kill(pid, signal.SIGSTOP)
         stopped = time.monotonic()
         assert run.wait(TIMEOUT_S + 150) == 1, run.err
@@ -73,37 +74,33 @@ def test_a_stopped_ray_actor_ends_the_run_in_one_line(tmp_path: Path) -> None:
     finally:
         run.kill_left_behind()
     line = _one_line(run)
-    last = latest_checkpoint(tmp_path / "run" / "checkpoints")
+    last = latest_checkpoint(run.log_dir / "checkpoints")
     assert last is not None and checkpoint_problem(last, checksums=True) is None
+    assert took < TIMEOUT_S + 60, took
+    assert left == [], left
+    return pid, line, last
+
+
+@pytest.mark.ray
+def test_a_stopped_ray_actor_ends_the_run_in_one_line(tmp_path: Path) -> None:
+    pytest.importorskip("ray")
+    run = WatchedRun("metaworld_ppo_tiny_cpu", [*RUN, "cluster.backend=ray"], tmp_path / "run")
+    pid, line, last = _stop_a_worker(
+        run, lambda: json.loads((tmp_path / "run" / "worker_pids.json").read_text())["rollout"][0]
+    )
     # stopped while it generated (phase generate_rollouts) or while the actor sent it weights (sync_weights)
     assert line.startswith(f"vla-train: error: worker rollout rank 0 (pid {pid} on node 127.0.0.1) "), line
     assert f"no answer within cluster.worker_timeout_s={TIMEOUT_S} s (phase " in line, line
     assert re.search(r"\(phase (generate_rollouts|sync_weights)\)", line), line
     assert line.endswith(f"; last complete checkpoint: {last}; workers stopped"), line
-    assert took < TIMEOUT_S + 60, took
-    assert left == [], left
 
 
 def test_a_stopped_simulator_on_the_local_backend_ends_the_run_in_one_line(tmp_path: Path) -> None:
     run = WatchedRun("metaworld_ppo_tiny_cpu", RUN, tmp_path / "run")
-    try:
-        run.wait_for_checkpoint(1)
-        pid = _simulator_of_train_env(run.proc.pid)
-        os.kill(pid, signal.SIGSTOP)
-        stopped = time.monotonic()
-        assert run.wait(TIMEOUT_S + 150) == 1, run.err
-        took = time.monotonic() - stopped
-        left = run.left_behind(15.0)
-    finally:
-        run.kill_left_behind()
-    line = _one_line(run)
-    last = latest_checkpoint(tmp_path / "run" / "checkpoints")
-    assert last is not None and checkpoint_problem(last, checksums=True) is None
+    _, line, last = _stop_a_worker(run, lambda: _simulator_of_train_env(run.proc.pid))
     assert re.fullmatch(
         rf"vla-train: error: worker env_train_0 rank 0 in (reset|chunk_step): no answer within "
         rf"cluster.worker_timeout_s={TIMEOUT_S} s \(phase generate_rollouts\); last complete checkpoint: "
         rf"{re.escape(str(last))}; workers stopped",
         line,
     ), line
-    assert took < TIMEOUT_S + 60, took
-    assert left == [], left

@@ -64,26 +64,10 @@ def _train_rows(log_dir: Path) -> dict[int, dict[str, float]]:
 
 @pytest.mark.parametrize("algo", sorted(RUNS))
 def test_two_of_each_train_like_one_of_each(algo: str, tmp_path: Path, no_running_ray, monkeypatch) -> None:
-    from weights_compare import WEIGHT_TOL, state_dicts_equal
-
-    from train_embodied import runner
-    from train_embodied.run_workers import RunWorkers
+    from weights_compare import WEIGHT_TOL, check_weights_at_every_sync
 
     config, overrides = RUNS[algo]
-    synced: list[int] = []
-    sync = runner._sync_weights
-
-    def checked_sync(
-        self: RunWorkers, state
-    ) -> None:  # the real sync, then every rollout rank's weights compared
-        sync(self, state)
-        version = state.weight_version
-        actor = self.actor.state_dict()
-        for rank in range(self.rollout.world_size):
-            assert state_dicts_equal(actor, self.rollout.execute_rank(rank, "state_dict")), (version, rank)
-        synced.append(version)
-
-    monkeypatch.setattr(runner, "_sync_weights", checked_sync)
+    synced = check_weights_at_every_sync(monkeypatch)
     summary = run_train(config, [*overrides, *COMMON, *SPLIT], tmp_path / "split")
     pids = summary["worker_pids"]
     assert [len(set(pids[g])) for g in ("env_train_0", "rollout", "actor")] == [2, 2, 2]

@@ -77,31 +77,18 @@ def _train_rows(log_dir: Path) -> dict[int, dict[str, float]]:
     "algo", [pytest.param(a, marks=[pytest.mark.long] if a == "grpo" else []) for a in sorted(RUNS)]
 )
 def test_two_nodes_train_like_one(algo: str, cluster: TwoNodes, tmp_path: Path, monkeypatch) -> None:
-    from weights_compare import WEIGHT_TOL, state_dicts_equal
-
-    from train_embodied import runner
-    from train_embodied.run_workers import RunWorkers
+    from weights_compare import WEIGHT_TOL, check_weights_at_every_sync
 
     cluster.ensure_worker_node()
     config, overrides, placement, extra = RUNS[algo]
-    synced: list[int] = []
     placed: dict[str, list[int]] = {}
-    sync = runner._sync_weights
 
-    def checked_sync(
-        self: RunWorkers, state
-    ) -> None:  # the real sync, then each rollout rank's weights compared
-        sync(self, state)
-        version = state.weight_version
-        actor = self.actor.state_dict()
-        for rank in range(self.rollout.world_size):
-            assert state_dicts_equal(actor, self.rollout.execute_rank(rank, "state_dict")), (version, rank)
+    def where_placed(workers) -> None:
         if not placed:
-            for group in (self.env_train[0], self.rollout, self.actor):
+            for group in (workers.env_train[0], workers.rollout, workers.actor):
                 placed[group.name] = node_ranks([seen["node_id"] for seen in group.ping()])
-        synced.append(version)
 
-    monkeypatch.setattr(runner, "_sync_weights", checked_sync)
+    synced = check_weights_at_every_sync(monkeypatch, where_placed)
     meter = DriverBytes()
     meter.install(monkeypatch)
     run_train(config, [*overrides, *COMMON, *extra, *cluster.overrides(placement)], tmp_path / "two")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 
@@ -23,3 +24,25 @@ def state_dicts_equal(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tenso
         return torch.equal(x.view(torch.uint8), y.view(torch.uint8))
 
     return a.keys() == b.keys() and all(same_bytes(a[k], b[k]) for k in a)
+
+
+def check_weights_at_every_sync(monkeypatch, on_sync: Callable[[Any], None] | None = None) -> list[int]:
+    """Makes the runner's weight sync check itself: the real sync, then every rollout rank's weights compared bit
+    for bit with the actor's, then `on_sync(workers)`. Returns the weight versions synced, filled as the run goes."""
+    from train_embodied import runner
+
+    synced: list[int] = []
+    sync = runner._sync_weights
+
+    def checked_sync(workers: Any, state: Any) -> None:
+        sync(workers, state)
+        version = state.weight_version
+        actor = workers.actor.state_dict()
+        for rank in range(workers.rollout.world_size):
+            assert state_dicts_equal(actor, workers.rollout.execute_rank(rank, "state_dict")), (version, rank)
+        if on_sync is not None:
+            on_sync(workers)
+        synced.append(version)
+
+    monkeypatch.setattr(runner, "_sync_weights", checked_sync)
+    return synced

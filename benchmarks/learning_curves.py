@@ -120,6 +120,23 @@ def collect(runs: Path) -> dict[str, list[dict]]:
     return found
 
 
+def default_title(found: dict[str, list[dict]]) -> str:
+    """What every panel shows, with the held-out episode counts the runs' evaluations report."""
+    counts = sorted(
+        {
+            int(s.get("eval_tables", {}).get(when, {}).get("sample", {}).get("num_episodes", 0))
+            for ss in found.values()
+            for s in ss
+            for when in ("before_rl", "after_rl")
+        }
+        - {0}
+    )
+    held = f"{' / '.join(map(str, counts))} held-out episodes" if counts else "held-out episodes"
+    return (
+        f"Held-out success (sampled actions) before, during and after RL from a supervised warm start; {held}"
+    )
+
+
 def plot(found: dict[str, list[dict]], out: Path, title: str) -> Path | None:
     """One panel per config: held-out success per seed (markers), their mean (thick line), and the success of
     each seed's training episodes per iteration (faint dashed lines)."""
@@ -254,8 +271,8 @@ def main() -> int:
     )
     parser.add_argument(
         "--title",
-        default="MetaWorld drawer-close-v3, tiny OpenVLA-OFT warm-started by SFT, 2 CPU cores; held-out = 50 "
-        "unseen starts",
+        default=None,
+        help="the picture's title (default: the held-out episodes the runs evaluated)",
     )
     parser.add_argument(
         "--from-runs", default=None, help="skip training; plot the summary.json files found here"
@@ -276,7 +293,7 @@ def main() -> int:
             indent=2,
         )
     )
-    png = plot(found, out, args.title)
+    png = plot(found, out, args.title or default_title(found))
     print(table(found))
     per_task = task_table(found)
     if per_task:

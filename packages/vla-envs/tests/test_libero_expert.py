@@ -66,11 +66,7 @@ def test_expert_closes_the_drawer_from_held_out_sampled_starts() -> None:
 @pytest.mark.long
 @pytest.mark.parametrize(
     "task",
-    [
-        TASK,
-        "KITCHEN_SCENE5_close_the_top_drawer_of_the_cabinet",
-        "KITCHEN_SCENE4_close_the_bottom_drawer_of_the_cabinet",
-    ],
+    [TASK, "KITCHEN_SCENE5_close_the_top_drawer_of_the_cabinet"],
 )
 def test_expert_closes_every_drawer_task_from_many_starts(task: str) -> None:
     sampled, _ = expert_successes(_cfg(task, "sampled"), list(range(50000, 50100)))
@@ -92,8 +88,12 @@ def test_expert_refuses_a_task_it_cannot_solve() -> None:
             DrawerCloseExpert(sim.current.env.env)
     finally:
         sim.close()
-    with pytest.raises(ValueError, match="scripted-expert demos for the tasks"):
-        demo_settings(_cfg("KITCHEN_SCENE6_close_the_microwave", "fixed"), episodes_per_task=1)
+    for task in (
+        "KITCHEN_SCENE6_close_the_microwave",
+        "KITCHEN_SCENE4_close_the_bottom_drawer_of_the_cabinet",
+    ):
+        with pytest.raises(ValueError, match="scripted-expert demos for the tasks"):  # no demos it would fail
+            demo_settings(_cfg(task, "fixed"), episodes_per_task=1)
 
 
 def test_demos_follow_the_env_config_from_starts_no_run_uses(tmp_path: Path) -> None:

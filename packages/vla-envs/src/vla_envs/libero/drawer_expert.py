@@ -1,6 +1,7 @@
-"""A scripted expert for the LIBERO tasks whose goal is to close one drawer (`(:goal (And (Close <drawer region>)))`:
-LIBERO-90's KITCHEN_SCENE10 and KITCHEN_SCENE5 "close the top drawer of the cabinet", KITCHEN_SCENE4 "close the
-bottom drawer of the cabinet").
+"""A scripted expert for the LIBERO tasks whose goal is to close one drawer (`(:goal (And (Close <drawer region>)))`),
+measured on LIBERO-90's KITCHEN_SCENE10 and KITCHEN_SCENE5 "close the top drawer of the cabinet"
+(`vla_envs.libero.demos.EXPERT_TASKS`). It does not close KITCHEN_SCENE4's bottom drawer: with the fingers pointing
+down, the hand meets the middle drawer's handle while the bottom drawer is still about 10 cm open.
 
 It reads privileged simulator state: the drawer's slide joint (named by the goal's region in LIBERO's parsed
 problem), the world direction in which that joint closes the drawer, the drawer's collision boxes (its handle is

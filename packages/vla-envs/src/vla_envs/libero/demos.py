@@ -29,7 +29,8 @@ from vla_envs.demos import DEMO_TRIAL_OFFSET, STEP_KEYS, record_step, run_demo_j
 
 #: LIBERO tasks of the guides' suites with a scripted expert (`DrawerCloseExpert`): LIBERO-90's top-drawer tasks.
 #: Not KITCHEN_SCENE4's bottom drawer: pushing it, the hand meets the middle drawer's handle with the drawer still
-#: 10 cm open (0 of 50 fixed and 0 of 30 sampled starts closed; lower pushes stop 2 cm short).
+#: 10 cm open (0 of 50 fixed and 0 of 30 sampled starts closed; pushing 2 cm below the handle's centre, at best 2 cm
+#: short of closed).
 EXPERT_TASKS = (
     "KITCHEN_SCENE10_close_the_top_drawer_of_the_cabinet",
     "KITCHEN_SCENE5_close_the_top_drawer_of_the_cabinet",

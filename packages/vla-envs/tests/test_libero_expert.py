@@ -113,3 +113,24 @@ def test_demos_follow_the_env_config_from_starts_no_run_uses(tmp_path: Path) -> 
     np.testing.assert_array_equal(data["actions"][:, 6], 1.0)  # gripper closed, no rotation
     np.testing.assert_array_equal(data["actions"][:, 3:6], 0.0)
     assert data["successes"].sum() == 2 and data["rewards"].sum() == 2.0
+
+
+def test_noisy_demos_hold_states_off_the_path_labelled_with_the_experts_action(tmp_path: Path) -> None:
+    """`sft.demo_options={action_noise: s}` reaches the demos through `demo_settings`: the same starts run with noise
+    visit other states (the executed deltas were perturbed) while every recorded action is still the expert's own
+    for the state it saw (rotation 0, gripper closed, positions within [-1, 1]); a negative noise is refused."""
+    cfg = _cfg(TASK, "sampled", render=True, image_size=32, action_repeat=4)
+    with pytest.raises(ValueError, match="action_noise=-0.1 is invalid"):
+        demo_settings(cfg, episodes_per_task=1, action_noise=-0.1)
+    runs = {}
+    for noise in (0.0, 0.15):
+        settings = demo_settings(cfg, episodes_per_task=1, seed=3, action_noise=noise)
+        assert settings["action_noise"] == noise
+        generate_demos(tmp_path / str(noise), settings, num_workers=0, progress=False)
+        runs[noise] = load_demos(tmp_path / str(noise))
+    clean, noisy = runs[0.0], runs[0.15]
+    np.testing.assert_array_equal(clean["states"][0], noisy["states"][0])  # the same start
+    n = min(len(clean["states"]), len(noisy["states"]))
+    assert np.abs(clean["states"][1:n, :3] - noisy["states"][1:n, :3]).max() > 0.005  # the hand went elsewhere
+    np.testing.assert_array_equal(noisy["actions"][:, 3:], np.tile([0.0, 0.0, 0.0, 1.0], (len(noisy["actions"]), 1)))
+    assert np.abs(noisy["actions"][:, :3]).max() <= 1.0

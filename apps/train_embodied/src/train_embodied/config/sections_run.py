@@ -212,8 +212,8 @@ class ClusterSection:
 @dataclass
 class SFTSection:
     """`sft`: supervised warm start on scripted-expert demonstrations (`vla-sft`). `demo_options`: keywords of the
-    env type's demo source (`vla_envs.demo_settings`; e.g. PutOnPlateInScene25's `perturb_xyz`), refused by it when
-    it does not take them."""
+    env type's demo source (`vla_envs.demo_settings`; e.g. PutOnPlateInScene25's `perturb_xyz`, LIBERO's
+    `action_noise`), refused by it when it does not take them."""
 
     num_demos: int = 20
     """Scripted-expert episodes per task for the supervised warm start."""
@@ -232,7 +232,7 @@ class SFTSection:
     `<runner.logger.log_path>/sft/<runner.logger.experiment_name>`."""
     demo_options: dict[str, Any] = field(default_factory=dict)
     """Keywords of the env type's demo source (`vla_envs.demo_settings`; e.g. PutOnPlateInScene25's `perturb_xyz`
-    and `perturb_turn`), refused by it when it does not take them."""
+    and `perturb_turn`, LIBERO's `action_noise`), refused by it when it does not take them."""
 
     def check(self, prefix: str) -> list[str]:
         errors = at_least(f"{prefix}.num_demos", self.num_demos, 1)

@@ -48,13 +48,18 @@ def _check_tasks(tasks: list[str]) -> None:
         )
 
 
-def libero_demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0) -> dict[str, Any]:
+def libero_demo_settings(
+    cfg: EnvConfig, *, episodes_per_task: int, seed: int = 0, action_noise: float = 0.0
+) -> dict[str, Any]:
     """The keywords of `generate_libero_demos` that record demos as env `cfg` observes and acts (its tasks, image
-    size, cameras, action repeat, episode length, settle steps, image flip and drawn meshes).
+    size, cameras, action repeat, episode length, settle steps, image flip and drawn meshes), with `action_noise`
+    (`sft.demo_options` in a config: expert relabelling of perturbed states, module docstring).
 
     Raises:
-        ValueError: a setting the adapter refuses, or a task without a scripted expert.
+        ValueError: a setting the adapter refuses, a negative `action_noise`, or a task without a scripted expert.
     """
+    if not action_noise >= 0:
+        raise ValueError(f"action_noise={action_noise} is invalid: a standard deviation >= 0")
     from vla_envs.libero.options import resolve_options
     from vla_envs.libero.suites import resolve_tasks
 
@@ -72,6 +77,7 @@ def libero_demo_settings(cfg: EnvConfig, *, episodes_per_task: int, seed: int = 
         "settle_gripper": float(opts.settle_gripper),
         "image_flip": opts.image_flip,
         "render_mesh_grid": float(opts.render_mesh_grid),
+        "action_noise": float(action_noise),
         "seed": int(seed),
     }
 

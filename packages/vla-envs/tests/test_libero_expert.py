@@ -120,7 +120,7 @@ def test_noisy_demos_hold_states_off_the_path_labelled_with_the_experts_action(t
     visit other states (the executed deltas were perturbed) while every recorded action is still the expert's own
     for the state it saw (rotation 0, gripper closed, positions within [-1, 1]); a negative noise is refused."""
     cfg = _cfg(TASK, "sampled", render=True, image_size=32, action_repeat=4)
-    with pytest.raises(ValueError, match="action_noise=-0.1 is invalid"):
+    with pytest.raises(ValueError, match=r"action_noise=-0\.1 is invalid"):
         demo_settings(cfg, episodes_per_task=1, action_noise=-0.1)
     runs = {}
     for noise in (0.0, 0.15):

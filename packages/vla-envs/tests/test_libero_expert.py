@@ -131,6 +131,10 @@ def test_noisy_demos_hold_states_off_the_path_labelled_with_the_experts_action(t
     clean, noisy = runs[0.0], runs[0.15]
     np.testing.assert_array_equal(clean["states"][0], noisy["states"][0])  # the same start
     n = min(len(clean["states"]), len(noisy["states"]))
-    assert np.abs(clean["states"][1:n, :3] - noisy["states"][1:n, :3]).max() > 0.005  # the hand went elsewhere
-    np.testing.assert_array_equal(noisy["actions"][:, 3:], np.tile([0.0, 0.0, 0.0, 1.0], (len(noisy["actions"]), 1)))
+    assert (
+        np.abs(clean["states"][1:n, :3] - noisy["states"][1:n, :3]).max() > 0.005
+    )  # the hand went elsewhere
+    np.testing.assert_array_equal(
+        noisy["actions"][:, 3:], np.tile([0.0, 0.0, 0.0, 1.0], (len(noisy["actions"]), 1))
+    )
     assert np.abs(noisy["actions"][:, :3]).max() <= 1.0

@@ -284,3 +284,32 @@ def test_per_row_generators_make_a_rows_sample_independent_of_its_batch() -> Non
     )
     with pytest.raises(ValueError, match="3 per-row generators for a batch of 4 rows"):
         multinomial_rows(probs, gens(range(3)))
+
+
+def test_constant_dims_are_deterministic_when_asked(tmp_path, make_obs_fn) -> None:
+    """A dimension with q01 == q99 decodes to one action whatever its token: with constant_dims_deterministic its
+    log-prob and entropy are 0 in predict and evaluate (so no gradient reaches it), the other dimensions keep
+    their tokens' values, and a saved policy loaded with the setting off scores every token again."""
+    low, high = [-2.0, 0.5, 0.0, 1.0], [2.0, 0.5, 0.5, 1.0]  # dims 1 and 3 constant
+    stats = stats_from_bounds(low, high, key="k")
+    obs = make_obs_fn(6, seed=2)
+    kw = dict(action_dim=4, num_action_chunks=2, proprio_dim=4, use_proprio=True, norm_stats=stats)
+    policy = build_policy(OpenVLAOFTConfig.tiny(constant_dims_deterministic=True, **kw))
+    out = policy.predict(obs, mode="sample")
+    constant = torch.tensor([False, True, False, True])
+    assert torch.equal(out.actions[..., constant], torch.tensor([0.5, 1.0]).expand(6, 2, 2))
+    assert (out.logprobs[..., constant] == 0).all() and (out.entropy[..., constant] == 0).all()
+    assert (out.logprobs[..., ~constant] < 0).all() and (out.entropy[..., ~constant] > 0).all()
+    logp, ent, _ = policy.evaluate(out.forward_inputs)
+    assert torch.equal(logp, out.logprobs) and torch.equal(ent, out.entropy)
+    policy.zero_grad()
+    logp[..., constant].sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in policy.parameters())
+
+    policy.save_pretrained(tmp_path / "p")
+    scored = build_policy(OpenVLAOFTConfig.tiny(model_path=str(tmp_path / "p"), **kw))
+    logp_all, ent_all, _ = scored.evaluate(out.forward_inputs)
+    assert (logp_all[..., constant] < 0).all() and (ent_all[..., constant] > 0).all()
+    torch.testing.assert_close(logp_all[..., ~constant], logp[..., ~constant])
+    with pytest.raises(ValueError, match="constant_dims_deterministic must be true or false"):
+        OpenVLAOFTConfig.tiny(constant_dims_deterministic="yes", **kw)

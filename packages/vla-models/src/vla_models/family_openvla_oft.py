@@ -55,7 +55,14 @@ def _checks(s: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 
 def _build(config: Any) -> Any:
-    keys = ("use_proprio", "num_images_in_input", "use_film", "implement_version", "action_head")
+    keys = (
+        "use_proprio",
+        "num_images_in_input",
+        "use_film",
+        "implement_version",
+        "action_head",
+        "constant_dims_deterministic",
+    )
     return build_prismatic(config, extra_load_keys=keys + (("proprio_dim",) if config.use_proprio else ()))
 
 

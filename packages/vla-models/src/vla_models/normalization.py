@@ -68,6 +68,12 @@ class BoundsNormalizer:
     def dim(self) -> int:
         return int(self.low.numel())
 
+    @property
+    def constant_dims(self) -> torch.Tensor:
+        """bool ``[D]``: the normalised dimensions with ``q01 == q99``, which un-normalise to one value whatever
+        the input (to within ``eps``)."""
+        return self.mask & (self.high == self.low)
+
     def _check(self, x: torch.Tensor, what: str) -> None:
         if x.shape[-1] != self.dim:
             raise ValueError(f"{what} last dim {x.shape[-1]} does not match the statistics' dim {self.dim}")

@@ -31,6 +31,11 @@ class OpenVLAOFTConfig(OpenVLAConfig):
             (the tiny CPU models).
         action_head: "discrete" (256-bin action tokens, sampled for RL) or "l1" (OFT's L1-regression MLP on the
             slot hidden states: deterministic actions for evaluation and SFT; ``predict`` needs mode="greedy").
+        constant_dims_deterministic: report the action dimensions whose statistics are constant (a normalised
+            dimension with ``q01 == q99``: every bin decodes to the same action) as deterministic, log-prob 0 and
+            entropy 0, instead of their tokens' log-probs and entropies. Their tokens never change what the env
+            executes, so they then stay out of the PPO ratio, the policy gradient and the entropy. Off by
+            default (the reference framework scores every token); no effect without action statistics.
     """
 
     family: ClassVar[str] = "openvla_oft"
@@ -42,6 +47,7 @@ class OpenVLAOFTConfig(OpenVLAConfig):
     action_query: str = "zero"
     implement_version: str = "official"
     action_head: str = "discrete"
+    constant_dims_deterministic: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -64,6 +70,10 @@ class OpenVLAOFTConfig(OpenVLAConfig):
         if self.action_query not in ACTION_QUERIES:
             raise ValueError(
                 f"action_query={self.action_query!r} is not supported; allowed: {ACTION_QUERIES}"
+            )
+        if not isinstance(self.constant_dims_deterministic, bool):
+            raise ValueError(
+                f"constant_dims_deterministic must be true or false, got {self.constant_dims_deterministic!r}"
             )
         for name in ("proprio_dim", "num_images_in_input"):
             v = getattr(self, name)

@@ -88,12 +88,13 @@ class OpenVLAOFTPolicy(PrismaticVLAPolicy):
             actions = self.l1_actions(hidden)
         else:
             actions = self._decode_actions(fi["action_tokens"])
+        logp, ent = self._constant_dims_deterministic(logp.view(shape), ent.view(shape))
         return PolicyOutput(
             actions=actions,
-            logprobs=logp.view(shape),
+            logprobs=logp,
             values=self._values(critic_in),
             forward_inputs=fi,
-            entropy=ent.view(shape),
+            entropy=ent,
         )
 
     def l1_actions(self, slot_hidden: torch.Tensor) -> torch.Tensor:

@@ -282,7 +282,19 @@ class PrismaticVLAPolicy(nn.Module):
         )
         shape = fi["action_tokens"].shape
         values = self._values(critic_in) if compute_values else None
-        return logp.view(shape), ent.view(shape), values
+        logp, ent = self._constant_dims_deterministic(logp.view(shape), ent.view(shape))
+        return logp, ent, values
+
+    def _constant_dims_deterministic(
+        self, logprobs: torch.Tensor, entropy: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """With ``config.constant_dims_deterministic``, log-prob and entropy 0 (``[B, C, A]``) on the action
+        dimensions whose statistics are constant: every bin decodes to the same action there."""
+        if not getattr(self.config, "constant_dims_deterministic", False) or self.action_normalizer is None:
+            return logprobs, entropy
+        constant = self.action_normalizer.constant_dims.to(logprobs.device)
+        zero = torch.zeros((), dtype=logprobs.dtype, device=logprobs.device)
+        return torch.where(constant, zero, logprobs), torch.where(constant, zero, entropy)
 
     def _sampling_tensors(
         self, b: int, mode: str, temperature: float, top_k: int | None

@@ -82,6 +82,11 @@ KEY_CASES = [
         "actor.optim.min_lr=1.0 is invalid: must be <= actor.optim.lr=",
     ),
     ("batch-multiple", [CONFIG, "actor.global_batch_size=17"], "actor.global_batch_size=17 is invalid"),
+    (
+        "model-extra-unknown",
+        [CONFIG, "+actor.model.extra.prompt_lenght=20"],
+        "actor.model.extra.prompt_lenght is not a field of OpenVLAOFTConfig; allowed: action_dim,",
+    ),
     ("sft-lr", [CONFIG, "sft.lr=-1"], "sft.lr=-1.0 is invalid: must be > 0"),
     ("skip-limit", [CONFIG, "runner.max_consecutive_skipped_updates=0"], "max_consecutive_skipped_updates=0"),
     ("kl-beta", [CONFIG, "algorithm.kl_beta=-1"], "algorithm.kl_beta=-1.0 is invalid: must be >= 0.0"),

@@ -151,7 +151,7 @@ def test_the_scan_sees_an_import_inside_a_function(tmp_path: Path) -> None:
 def test_importing_the_package_and_listing_families_imports_no_model_code() -> None:
     code = (
         "import sys, vla_models; names = vla_models.family_names(); "
-        "vla_models.get_family('openvla_oft').check_settings({'action_head': 'x'}, 'm.'); "
+        "vla_models.get_family('openvla_oft').check_settings({'action_head': 'x', 'extra': {'y': 1}}, 'm.'); "
         "print(names, [m for m in ('torch', 'transformers', 'vla_models.prismatic.policy_prismatic') if m in sys.modules])"
     )
     out = subprocess.run(

@@ -8,6 +8,7 @@ imported only inside the functions (or named as ``"module:name"``), when a polic
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,21 @@ def prismatic_checks(s: Mapping[str, Any], prefix: str = "") -> list[str]:
     return errors
 
 
+def prismatic_extra_checks(family: str, s: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """One line per key of ``extra`` that is neither a field of ``family``'s config nor a tiny backbone's size
+    (``patch_size``, ``hidden_size``): such a key would only fail once the policy is built or loaded, and then
+    under another key's name."""
+    from vla_models.families import get_family
+
+    cls = get_family(family).config_class
+    known = {f.name for f in dataclasses.fields(cls)} | {"patch_size", "hidden_size"}
+    return [
+        f"{prefix}extra.{key} is not a field of {cls.__name__}; allowed: {', '.join(sorted(known))}"
+        for key in s.get("extra") or {}
+        if key not in known
+    ]
+
+
 def prismatic_common(s: Mapping[str, Any]) -> dict[str, Any]:
     """The config fields of a settings dict every Prismatic family reads."""
     keys = ("action_dim", "num_action_chunks", "n_action_bins", "unnorm_key", "add_value_head", "is_lora")
@@ -229,7 +245,9 @@ def prismatic_family(
         checkpoint_layouts=layouts if published is not None else layouts[:1],
         fsdp_wrap_classes=PRISMATIC_FSDP_CLASSES,
         settings_keys=settings_keys,
-        check_settings=check_settings,
+        check_settings=lambda s, prefix="": (
+            check_settings(s, prefix) + prismatic_extra_checks(name, s, prefix)
+        ),
         config_from_settings=prismatic_config_from_settings(name, tiny_fields or family_fields),
         load_settings=prismatic_load_settings(family_fields),
         reads_dataset_statistics=True,

@@ -123,8 +123,10 @@ class AlgorithmSection:
     bootstrap_type: str = "standard"
     """Which ended episodes bootstrap from a value: `standard` (timed-out ones) is the one implemented."""
     bootstrap_truncated: bool = True
-    """Bootstrap a timed-out episode from the value of its final observation; false: as the reference without
-    auto-reset."""
+    """Bootstrap a timed-out episode from the value of its final observation, for tasks whose time limit only cuts
+    them short; false: a time-out ends the episode like a termination with its rewards so far (tasks that must
+    succeed within `max_episode_steps`: a bootstrapped time-out scores a failure as high as the critic rates its
+    last state; as the reference without auto-reset)."""
     normalize_returns: bool = False
     """Whiten the value targets."""
     discount_scores: bool = False

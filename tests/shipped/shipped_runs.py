@@ -40,6 +40,7 @@ from train_embodied.testing import read_metrics, run_train
 LONG = {
     "libero_10_grpo_openvlaoft": 900,
     "libero_10_ppo_openvlaoft": 900,
+    "libero_grpo_tiny_cpu": 900,
     "libero_ppo_tiny_cpu": 900,
     "maniskill_grpo_openvla": 1200,
     "maniskill_grpo_openvlaoft": 1800,

@@ -260,6 +260,7 @@ def run_example(ex: Any, task: Task, seed: int, steps: int, *, evaluate: bool = 
 def run_sb3(ex: Any, task: Task, seed: int, steps: int, *, evaluate: bool = True) -> Run:
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     class Episodes(BaseCallback):
@@ -281,6 +282,8 @@ def run_sb3(ex: Any, task: Task, seed: int, steps: int, *, evaluate: bool = True
     args = example_args(ex, task, seed, steps)
     env = DummyVecEnv([ex.make_env(task.env_id, normalize=task.normalize, gamma=args.gamma)] * task.n_envs)
     model = PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **sb3_kwargs(task))
+    # SB3's default logger writes an empty /tmp/SB3-<date> folder per model
+    model.set_logger(Logger(folder=None, output_formats=[]))
     episodes = Episodes()
     wall, cpu = time.perf_counter(), time.process_time()
     model.learn(steps, callback=episodes)

@@ -22,6 +22,7 @@ import torch
 
 sb3 = pytest.importorskip("stable_baselines3")
 from stable_baselines3 import PPO  # noqa: E402
+from stable_baselines3.common.logger import Logger  # noqa: E402
 from stable_baselines3.common.vec_env import DummyVecEnv  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "ppo_gymnasium.py"
@@ -65,6 +66,8 @@ def make_pair(ex: Any, env_id: str, *, n_envs: int, seed: int = 0, **ppo: Any) -
     model = PPO(
         "MlpPolicy", DummyVecEnv([ex.make_env(env_id)] * n_envs), seed=seed, device="cpu", verbose=0, **ppo
     )
+    # SB3's default logger writes an empty /tmp/SB3-<date> folder per model
+    model.set_logger(Logger(folder=None, output_formats=[]))
     args = ex.Args(
         env_id=env_id,
         seed=seed,

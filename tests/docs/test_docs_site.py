@@ -186,8 +186,11 @@ def test_search_finds_a_config_key(browser, served: str) -> None:
     box.send_keys(SEARCHED_KEY)
 
     def hits(driver) -> list[str]:
-        items = driver.find_elements(By.CSS_SELECTOR, ".md-search-result__item a")
-        return [a.get_attribute("href") for a in items]
+        # read in one script: the result list re-renders as each typed character's results arrive, so element
+        # handles found by one call can be gone by the next
+        return driver.execute_script(
+            "return Array.from(document.querySelectorAll('.md-search-result__item a'), a => a.href);"
+        )
 
     found = WebDriverWait(browser, 30).until(lambda d: [h for h in hits(d) if "reference/configuration" in h])
     assert found, hits(browser)

@@ -176,6 +176,7 @@ def test_import_failures_of_any_type_and_a_crashing_runtime_give_clear_errors(
         ({"extra": {"task_config": {"camera": {"collect_head_camera": False}}}}, "collect_head_camera.*true"),
         ({"extra": {"seeds_path": "/no/seeds.json"}}, "seeds_path'\\]='/no/seeds.json'.*existing json"),
         ({"extra": {"construct_timeout_s": 0}}, "construct_timeout_s'\\]=0.*seconds > 0"),
+        ({"extra": {"instruction": " "}}, "instruction'\\]=' '.*non-empty string"),
     ],
 )
 def test_bad_config_fails_fast(assets: Path, changes: dict, match: str) -> None:
@@ -244,6 +245,25 @@ def test_observations_head_and_wrist_images_states_and_instructions(assets: Path
         assert obs["wrist_images"].shape == (2, 1, 224, 224, 3)
     with make_env(_cfg(assets)) as env:
         assert env.reset()["wrist_images"] is None
+
+
+def test_one_instruction_for_every_episode_leaves_pictures_states_and_rewards_as_they_are(
+    assets: Path,
+) -> None:
+    text = "Press the stapler."
+
+    def same_but_the_text(x: dict, y: dict) -> None:
+        np.testing.assert_array_equal(x["images"], y["images"])
+        np.testing.assert_array_equal(x["states"], y["states"])
+        assert all(t != text for t in x["task_descriptions"]) and y["task_descriptions"] == [text, text]
+
+    with make_env(_cfg(assets)) as plain, make_env(_cfg(assets, extra={"instruction": text})) as fixed:
+        same_but_the_text(plain.reset(reset_state_ids=[0, 1]), fixed.reset(reset_state_ids=[0, 1]))
+        for _ in range(2):
+            x, y = plain.chunk_step(_grippers(2, 3, 0.5)), fixed.chunk_step(_grippers(2, 3, 0.5))
+            same_but_the_text(x.obs, y.obs)
+            np.testing.assert_array_equal(x.rewards, y.rewards)
+            np.testing.assert_array_equal(x.infos["success"], y.infos["success"])
 
 
 @pytest.mark.parametrize("execution", ["chunk", "position"])

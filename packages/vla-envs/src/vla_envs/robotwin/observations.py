@@ -70,7 +70,7 @@ def convert_obs(raw: Sequence[dict[str, Any]], opts: RoboTwinOptions) -> Obs:
                 f"RoboTwin env {i} returned a state of shape {state.shape}; expected ({STATE_DIM},)"
             )
         states.append(state)
-        texts.append(str(row["instruction"]))
+        texts.append(str(row["instruction"]) if opts.instruction is None else opts.instruction)
     return {
         "images": np.stack(images),
         "wrist_images": np.stack(wrists) if keys else None,

@@ -5,7 +5,7 @@ configuration; merged over `DEFAULT_TASK_CONFIG`), `assets_path` (else `$ROBOTWI
 the checkout), `robotwin_path` (a checkout; else `$ROBOTWIN_PATH`; unset: the installed `robotwin` package),
 `robotwin_python` (the interpreter of RoboTwin's environment; else `$ROBOTWIN_PYTHON`, else this one),
 `center_crop`, `reward_coef`, `use_rel_reward`, `seeds_path` (the reference's verified seed list, json),
-`seed_base`, `instruction_type`, `chunk_execution`, `camera_shader`, `construct_timeout_s`, `call_timeout_s`.
+`seed_base`, `instruction_type`, `instruction`, `chunk_execution`, `camera_shader`, `construct_timeout_s`, `call_timeout_s`.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ EXTRA_KEYS = (
     "seeds_path",
     "seed_base",
     "instruction_type",
+    "instruction",
     "robotwin_python",
     "chunk_execution",
     "camera_shader",
@@ -128,6 +129,10 @@ class RoboTwinOptions:
         seed_base: RoboTwin seed of trial t is `seed_base + t` (RoboTwin moves on to the next seed by itself
             when a seed gives an unstable scene).
         instruction_type: RoboTwin instruction set ("seen" or "unseen").
+        instruction: One instruction for every episode instead of RoboTwin's, which it words anew for each
+            episode from 50 templates and the object's own description; None (the default): RoboTwin's. For a
+            policy without language pretraining, whose per-episode wording is a cue it can memorise in place of
+            the picture (`benchmarks/robotwin_arm_cue.py`). Pictures, states, rewards and success are unchanged.
         dense_reward: Pay RoboTwin's dense task reward (`reward_mode: dense`, DENSE_REWARD_TASKS): after each
             RoboTwin step, `reward_coef` times the task's normalised reward level in [0, 1] (1 once it succeeded).
     """
@@ -145,6 +150,7 @@ class RoboTwinOptions:
     seed_base: int = TRAIN_SEED_BASE
     seeds: tuple[int, ...] | None = None
     instruction_type: str = "seen"
+    instruction: str | None = None
     robotwin_python: str | None = None
     chunk_execution: str = "chunk"
     camera_shader: str | None = None
@@ -309,11 +315,24 @@ def resolve_options(cfg: EnvConfig) -> RoboTwinOptions:
         seed_base=int(extra.get("seed_base", TRAIN_SEED_BASE)),
         seeds=seeds,
         instruction_type=str(extra.get("instruction_type", "seen")),
+        instruction=_instruction(extra.get("instruction")),
         robotwin_python=extra.get("robotwin_python") or os.environ.get("ROBOTWIN_PYTHON") or None,
         chunk_execution=chunk_execution,
         camera_shader=shader,
         **timeouts,
     )
+
+
+def _instruction(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        _fail(
+            "extra['instruction']",
+            value,
+            "a non-empty string (every episode's instruction) or null (RoboTwin's own)",
+        )
+    return value
 
 
 def _read_seeds(path: Any, task: str, num_trials: int) -> tuple[int, ...] | None:

@@ -4,7 +4,8 @@
 #   bash scripts/quickstart.sh                       # PPO on drawer-close-v3 (config metaworld_ppo_tiny_cpu)
 #   CONFIG=metaworld_grpo_tiny_cpu bash scripts/quickstart.sh      # the same with GRPO
 #   CONFIG=libero_ppo_tiny_cpu bash scripts/quickstart.sh          # LIBERO-90 close the top drawer (libero_grpo_tiny_cpu: GRPO)
-#   CONFIG=robotwin_ppo_tiny_cpu bash scripts/quickstart.sh        # RoboTwin press_stapler (also builds its env)
+#   CONFIG=robotwin_ppo_tiny_cpu bash scripts/quickstart.sh        # RoboTwin press_stapler (also builds its env;
+#                                                                  # robotwin_grpo_tiny_cpu: GRPO)
 #   CONFIG=maniskill_put_on_plate_ppo_tiny_cpu bash scripts/quickstart.sh   # ManiSkill3 PutOnPlateInScene25Main-v3
 #       (assets: $MS_ASSET_DIR / $MANISKILL_ASSET_DIR, else the stand-in pack written under $RUNS)
 #   bash scripts/quickstart.sh runner.max_epochs=10  # extra Hydra overrides go to vla-train

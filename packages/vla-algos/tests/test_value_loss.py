@@ -78,3 +78,22 @@ def test_explained_variance():
     garbage = torch.where(mask, returns, torch.full_like(returns, 1e6))
     assert explained_variance(garbage, returns, mask).item() == pytest.approx(1.0)
     assert torch.isnan(explained_variance(torch.zeros(3), torch.ones(3)))
+
+
+def test_explained_variance_is_nan_for_returns_constant_up_to_rounding():
+    """A rollout without reward: GAE's returns (advantages + values) are 0 up to float32 rounding, which is no
+    variance to explain (the plain ratio gives about -1e12)."""
+    from vla_algos import compute_gae
+
+    g = torch.Generator().manual_seed(0)
+    T, B = 5, 16  # 16 episodes of 5 decisions, every one a failure that ends at its last decision
+    values = 0.2 + 0.05 * torch.randn(T, B, generator=g)
+    next_values = torch.cat([values[1:], torch.zeros(1, B)])
+    ended = torch.zeros(T, B, dtype=torch.bool)
+    ended[-1] = True
+    _, returns = compute_gae(torch.zeros(T, B), values, next_values, ended, ended, gamma=0.99, lam=1.0)
+    assert 0 < returns.var().item() < 1e-12  # rounding left some spread
+    assert torch.isnan(explained_variance(values, returns))
+    # one success among the 80 decisions is variance to explain
+    returns[-1, 7] = 1.0
+    assert explained_variance(values, returns).item() < 0.1

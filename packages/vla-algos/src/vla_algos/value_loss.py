@@ -106,7 +106,9 @@ def explained_variance(
     """``1 - Var[returns - values] / Var[returns]`` over the masked entries.
 
     1 is a perfect critic, 0 is no better than a constant, negative is worse. As in Stable-Baselines3,
-    NaN when the returns have zero variance (the ratio is undefined).
+    NaN when the returns have zero variance (the ratio is undefined); here also when their spread is within
+    floating-point rounding of their size: returns rebuilt as ``advantages + values`` after a rollout without
+    reward are zero up to rounding, and the ratio would be a meaningless -1e12.
 
     Args:
         values: ``[*S]``.
@@ -128,4 +130,16 @@ def explained_variance(
         residual = returns - values
         var_residual = masked_mean((residual - masked_mean(residual, mask)).square(), mask)
         nan = torch.full_like(var_returns, float("nan"))
-        return torch.where(var_returns > 0, 1.0 - var_residual / var_returns.clamp_min(1e-30), nan)
+        # the variance a few ulps of rounding in each return can make (returns and values on one scale)
+        scale = torch.maximum(_masked_max_abs(returns, mask), _masked_max_abs(values, mask))
+        rounding = (64 * torch.finfo(returns.dtype).eps * scale).square()
+        defined = var_returns > rounding
+        return torch.where(defined, 1.0 - var_residual / var_returns.clamp_min(1e-30), nan)
+
+
+def _masked_max_abs(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """The largest |x| over the masked entries (0 when none is)."""
+    x = x.abs()
+    if mask is not None:
+        x = torch.where(mask.bool(), x, torch.zeros_like(x))
+    return x.max() if x.numel() else x.new_zeros(())

@@ -51,3 +51,24 @@ def test_robotwin_openpi_configs_run_demo_clean_scenes(name: str) -> None:
             "random_light": False,
             "crazy_random_light_rate": 0,
         }
+
+
+def test_robotwin_grpo_config_shares_the_ppo_configs_task_and_warm_start() -> None:
+    """`robotwin_grpo_tiny_cpu` is `robotwin_ppo_tiny_cpu`'s task, policy and demos with GRPO's update: the two
+    must not drift apart in what a user compares them on (the environment, the model, the demos)."""
+    import dataclasses
+
+    ppo = load_train_config("robotwin_ppo_tiny_cpu", [], check_paths=False)
+    grpo = load_train_config("robotwin_grpo_tiny_cpu", [], check_paths=False)
+
+    def fields(section, *allowed_to_differ: str) -> dict:
+        values = dataclasses.asdict(section)
+        return {k: v for k, v in values.items() if k not in allowed_to_differ}
+
+    # GRPO runs whole episodes per rollout in same-start groups (a group's score is one episode's); the video
+    # folders name the run
+    own = ("auto_reset", "max_steps_per_rollout_epoch", "group_size", "video")
+    assert fields(grpo.env_train, *own) == fields(ppo.env_train, *own)
+    assert fields(grpo.env_eval, "video") == fields(ppo.env_eval, "video")
+    assert fields(grpo.actor.model, "add_value_head") == fields(ppo.actor.model, "add_value_head")
+    assert fields(grpo.sft, "steps") == fields(ppo.sft, "steps")

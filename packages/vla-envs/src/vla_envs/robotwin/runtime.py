@@ -150,6 +150,7 @@ class RoboTwinProcess:
             "env_seeds": env_seeds,
             "instruction_type": opts.instruction_type,
             "dense_reward": opts.dense_reward,
+            "step_timeout_s": opts.call_timeout_s,  # a sub-env's step, inside the child
         }
         try:
             self._call("init", spec, timeout=opts.construct_timeout_s, what="building RoboTwin's VectorEnv")

@@ -30,6 +30,7 @@ import importlib
 import os
 import sys
 import traceback
+from concurrent.futures import TimeoutError as futures_timeout  # a builtin TimeoutError only from 3.11
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,8 @@ from typing import Any
 # is kept.
 PLANNING_INFO_TASKS = ("blocks_ranking_size", "place_bread_basket", "stack_blocks_three")
 ARM_JOINTS = 6  # RoboTwin's 14-D layout: 6 joints + 1 gripper per arm
-STEP_TIMEOUT_S = 120  # as RoboTwin's VectorEnv.step waits for each sub-env
+STEP_TIMEOUT_S = 120  # as RoboTwin's VectorEnv.step waits for each sub-env; the runtime sends its own
+# (`step_timeout_s`: the env's `call_timeout_s`), so that a loaded machine gets the configurable bound
 
 
 class RequestError(Exception):
@@ -308,7 +310,15 @@ class Host:
         if pool is None:
             results = [step(a) for step, a in calls]
         else:
-            results = [f.result(timeout=STEP_TIMEOUT_S) for f in [pool.submit(step, a) for step, a in calls]]
+            timeout = self.spec.get("step_timeout_s", STEP_TIMEOUT_S)
+            futures = [pool.submit(step, a) for step, a in calls]
+            try:
+                results = [f.result(timeout=timeout) for f in futures]
+            except futures_timeout:
+                raise TimeoutError(
+                    f"a sub-env's step took more than {timeout:.0f} s (raise the env's extra.call_timeout_s on a "
+                    "slow or loaded machine)"
+                ) from None
         return tuple(
             [res[key] for res in results] for key in ("obs", "reward", "terminated", "truncated", "info")
         )

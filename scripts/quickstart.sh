@@ -4,6 +4,7 @@
 #   bash scripts/quickstart.sh                       # PPO on drawer-close-v3 (config metaworld_ppo_tiny_cpu)
 #   CONFIG=metaworld_grpo_tiny_cpu bash scripts/quickstart.sh      # the same with GRPO
 #   CONFIG=libero_ppo_tiny_cpu bash scripts/quickstart.sh          # LIBERO-90 close the top drawer (libero_grpo_tiny_cpu: GRPO)
+#                                                                  # (libero_ppo_pi0_tiny_cpu: a tiny pi0)
 #   CONFIG=robotwin_ppo_tiny_cpu bash scripts/quickstart.sh        # RoboTwin press_stapler (also builds its env;
 #                                                                  # robotwin_grpo_tiny_cpu: GRPO)
 #   CONFIG=maniskill_put_on_plate_ppo_tiny_cpu bash scripts/quickstart.sh   # ManiSkill3 PutOnPlateInScene25Main-v3

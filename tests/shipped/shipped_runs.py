@@ -42,6 +42,7 @@ LONG = {
     "libero_10_grpo_openvlaoft": 900,
     "libero_10_ppo_openvlaoft": 900,
     "libero_grpo_tiny_cpu": 900,
+    "libero_ppo_pi0_tiny_cpu": 900,
     "libero_ppo_tiny_cpu": 900,
     "maniskill_grpo_openvla": 1200,
     "maniskill_grpo_openvlaoft": 1800,

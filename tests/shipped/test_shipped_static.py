@@ -65,9 +65,8 @@ def test_robotwin_grpo_config_shares_the_ppo_configs_task_and_warm_start() -> No
         values = dataclasses.asdict(section)
         return {k: v for k, v in values.items() if k not in allowed_to_differ}
 
-    # GRPO runs whole episodes per rollout in same-start groups (a group's score is one episode's); the video
-    # folders name the run
-    own = ("auto_reset", "max_steps_per_rollout_epoch", "group_size", "video")
+    # GRPO's envs run in same-start groups; the video folders name the run
+    own = ("group_size", "video")
     assert fields(grpo.env_train, *own) == fields(ppo.env_train, *own)
     assert fields(grpo.env_eval, "video") == fields(ppo.env_eval, "video")
     assert fields(grpo.actor.model, "add_value_head") == fields(ppo.actor.model, "add_value_head")

@@ -1,5 +1,5 @@
-"""The RoboTwin process bounds a sub-env's step by the env's `call_timeout_s`, not by a fixed 120 s that a loaded
-machine exceeds (a run of three RoboTwin and three LIBERO jobs on 2 cores died on it)."""
+"""The RoboTwin process bounds a sub-env's step by the env's `call_timeout_s` (configurable: a loaded 2-core machine
+can take minutes for a step), and past it says which option to raise."""
 
 from __future__ import annotations
 

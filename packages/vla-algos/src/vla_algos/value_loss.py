@@ -132,7 +132,7 @@ def explained_variance(
         nan = torch.full_like(var_returns, float("nan"))
         # the variance a few ulps of rounding in each return can make (returns and values on one scale)
         scale = torch.maximum(_masked_max_abs(returns, mask), _masked_max_abs(values, mask))
-        rounding = (64 * torch.finfo(returns.dtype).eps * scale).square()
+        rounding = (8 * torch.finfo(returns.dtype).eps * scale).square()
         defined = var_returns > rounding
         return torch.where(defined, 1.0 - var_residual / var_returns.clamp_min(1e-30), nan)
 

@@ -316,7 +316,7 @@ class Host:
                 results = [f.result(timeout=timeout) for f in futures]
             except futures_timeout:
                 raise TimeoutError(
-                    f"a sub-env's step took more than {timeout:.0f} s (raise the env's extra.call_timeout_s on a "
+                    f"a sub-env's step took more than {timeout:g} s (raise the env's extra.call_timeout_s on a "
                     "slow or loaded machine)"
                 ) from None
         return tuple(

@@ -113,13 +113,15 @@ def run_episodes(policy, sim, expert, cfg, trials, *, record: bool) -> dict:
     return {"success": float(np.mean(successes)), "move_error": float(np.mean(errors)), "frames": frames}
 
 
+def make_optimizer(policy, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr)
+
+
 def bc_steps(
-    policy, data: dict, rows: np.ndarray, steps: int, lr: float, seed: int, batch: int = 64
+    policy, data: dict, rows: np.ndarray, steps: int, optimizer, g: torch.Generator, batch: int = 64
 ) -> list[float]:
     from train_embodied.sft import random_shift
 
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=lr)
-    g = torch.Generator().manual_seed(seed)
     rows_t = torch.as_tensor(rows)
     losses = []
     for _ in range(steps):
@@ -199,12 +201,14 @@ def fit(args: argparse.Namespace) -> None:
             {"parameters": sum(p.numel() for p in policy.parameters()), "train_frames": len(train_rows)}
         )
     )
+    optimizer = make_optimizer(policy, args.lr)
+    g = torch.Generator().manual_seed(args.seed)
     t0 = time.time()
     done = 0
     losses: list[float] = []
     while done < args.steps:
         n = min(args.every, args.steps - done)
-        losses += bc_steps(policy, data, train_rows, n, args.lr, args.seed + done)
+        losses += bc_steps(policy, data, train_rows, n, optimizer, g)
         done += n
         closed = run_episodes(
             policy, sim, expert, cfg, range(PROBE_TRIALS, PROBE_TRIALS + args.episodes), record=False
@@ -274,9 +278,9 @@ def dagger(args: argparse.Namespace) -> None:
             data["states"] = torch.cat([data["states"], torch.as_tensor(np.stack(f["states"]))])
             data["actions"] = torch.cat([data["actions"], torch.as_tensor(np.stack(f["actions"]))])
             data["texts"] += f["texts"]
-            losses = bc_steps(
-                policy, data, np.arange(len(data["actions"])), args.steps, args.lr, args.seed + r
-            )
+            rows = np.arange(len(data["actions"]))
+            g = torch.Generator().manual_seed(args.seed + r)
+            losses = bc_steps(policy, data, rows, args.steps, make_optimizer(policy, args.lr), g)
             row.update(frames=len(data["actions"]), loss=round(float(np.mean(losses[-50:])), 3))
             policy.save_pretrained(str(Path(args.out) / f"policy_round{r + 1}"))
         row["seconds"] = round(time.time() - t0)

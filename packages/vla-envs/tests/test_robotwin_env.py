@@ -329,3 +329,71 @@ def test_equal_ids_give_identical_starts_and_evaluation_covers_every_trial(asset
         assert seen == [(TASK, t) for t in range(10)]
         with pytest.raises(ValueError, match="reset_state_ids must lie in"):
             env.reset(reset_state_ids=[0, 1, 2, 10])
+
+
+def _kill_robotwin(env) -> int:
+    """SIGKILL the env's RoboTwin process (what the OS does under memory pressure) and wait until it is gone."""
+    import os
+    import signal
+    import time
+
+    pid = env.venv.pid
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while env.venv._proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid
+
+
+def test_a_killed_robotwin_process_is_replaced_and_its_episodes_end_as_lost(assets: Path) -> None:
+    with make_env(_cfg(assets, num_trials_per_task=1000)) as env:
+        env.reset(reset_state_ids=[3, 4])
+        before = env.chunk_step(_grippers(2, 2, 1.0))
+        pid = _kill_robotwin(env)
+        res = env.chunk_step(_grippers(2, 2, 1.0))
+        assert env.venv.pid != pid
+        assert res.lost.tolist() == [True, True] and res.final_mask.all()
+        assert res.truncated[:, 0].all() and res.truncated.sum() == 2 and not res.terminated.any()
+        assert not res.rewards.any() and not res.infos["success"].any()
+        np.testing.assert_array_equal(res.final_obs["images"], before.obs["images"])  # the last obs seen
+        assert res.episode_metrics["episode_len"].tolist() == [2, 2]  # the steps before the crash
+        assert res.infos["worker_restarts"] == 1 and res.infos["lost_episodes"] == 2
+        assert res.infos["restart_time_s"] > 0
+        assert res.obs["states"][:, 6].tolist() == [1, 1]  # new episodes: grippers open at the reset
+        res = env.chunk_step(_grippers(2, 3, 1.0))  # and the env steps on
+        assert not res.lost.any() and not res.final_mask.any() and res.rewards.shape == (2, 3)
+        assert env.fault_stats() == {
+            "worker_restarts": 1.0,
+            "lost_episodes": 2.0,
+            "restart_time_s": pytest.approx(env.restart_time_s),
+        }
+
+
+def test_without_auto_reset_a_replaced_process_restarts_the_same_trials_and_ended_rows_stay_held(
+    assets: Path,
+) -> None:
+    with make_env(_cfg(assets, num_trials_per_task=1000, auto_reset=False)) as env:
+        start = env.reset(reset_state_ids=[3, 4])
+        actions = _grippers(2, 2, 1.0)
+        actions[0, :, 6] = actions[0, :, 13] = 0.0  # row 0 succeeds (both grippers closed) and is held
+        ended = env.chunk_step(actions)
+        assert ended.final_mask.tolist() == [True, False]
+        _kill_robotwin(env)
+        res = env.chunk_step(_grippers(2, 2, 1.0))
+        assert res.lost.tolist() == [False, True] and res.final_mask.tolist() == [False, True]
+        assert env.lost_episodes == 1 and env.worker_restarts == 1
+        np.testing.assert_array_equal(res.obs["states"][0], ended.obs["states"][0])  # still held, final obs
+        assert res.obs["task_descriptions"][1] == start["task_descriptions"][1]  # trial 4 again
+        np.testing.assert_array_equal(res.obs["images"][1], start["images"][1])
+
+
+def test_a_reset_that_finds_the_robotwin_process_dead_starts_a_new_one(assets: Path) -> None:
+    with make_env(_cfg(assets)) as env:
+        env.reset(reset_state_ids=[0, 1])
+        _kill_robotwin(env)
+        obs = env.reset(reset_state_ids=[2, 3])
+        assert env.worker_restarts == 1 and env.lost_episodes == 0
+        assert [
+            t.endswith(f"seed {env.robotwin_seed(i)})") for t, i in zip(obs["task_descriptions"], [2, 3])
+        ] == [True, True]
+        assert not env.chunk_step(_grippers(2, 1, 1.0)).lost.any()

@@ -30,7 +30,8 @@ RESTART_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 8.0
 
 
-def _backoff_s(attempt: int) -> float:
+def backoff_s(attempt: int) -> float:
+    """Seconds to wait before the `attempt`-th retry of a failed restart (attempt >= 1)."""
     return min(RESTART_BACKOFF_S * 2 ** (attempt - 1), MAX_BACKOFF_S)
 
 
@@ -107,7 +108,7 @@ class WorkerPool:
         try:
             for attempt in range(MAX_CONSECUTIVE_FAILURES):
                 if attempt > 0:
-                    time.sleep(_backoff_s(attempt))
+                    time.sleep(backoff_s(attempt))
                 try:
                     self._restart(wid, reason)
                     self.workers[wid].send(*(("reset_hold", (ids, held_obs)) if held_obs else ("reset", ids)))
@@ -126,7 +127,7 @@ class WorkerPool:
         t0 = time.monotonic()
         try:
             for attempt in range(1, MAX_CONSECUTIVE_FAILURES):
-                time.sleep(_backoff_s(attempt))
+                time.sleep(backoff_s(attempt))
                 try:
                     self._restart(wid, reason)
                     return

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from vla_envs.robotwin.env import ACTION_HIGH, ACTION_LOW, RoboTwinEnv, make_robotwin_env
 from vla_envs.robotwin.options import DEFAULT_TASK_CONFIG, RoboTwinOptions, resolve_options
-from vla_envs.robotwin.runtime import RoboTwinProcess, RoboTwinUnavailableError
+from vla_envs.robotwin.runtime import RoboTwinProcess, RoboTwinProcessDied, RoboTwinUnavailableError
 from vla_envs.robotwin.tasks import (
     SUPPORTED_TASKS,
     TASK_DESCRIPTIONS,
@@ -29,6 +29,7 @@ __all__ = [
     "RoboTwinEnv",
     "RoboTwinOptions",
     "RoboTwinProcess",
+    "RoboTwinProcessDied",
     "RoboTwinUnavailableError",
     "check_task",
     "list_robotwin_tasks",

@@ -21,10 +21,20 @@ itself moves on to the next seed when a seed gives an unstable scene). After eac
 rebuilt from the scene actually set up (RoboTwin builds it from the constructor's seed).
 Termination = RoboTwin's success (sticky in RoboTwin); truncation = RoboTwin's `step_lim` or
 `max_episode_steps`.
+
+A RoboTwin process that dies (killed by the OS under memory pressure, crashed) or stops answering within
+`call_timeout_s` is replaced, as `VectorEnv` replaces a simulator worker: a new process is built with the same
+seeds, the rows whose episode was in flight are reset and reported as lost (truncated at chunk position 0,
+`final_mask` and `lost` set, final obs = the last obs seen before the crash; the chunk's other outcomes are
+dropped), with `auto_reset=False` from the ids of the last `reset()` (rows already ended stay ended). A reset that
+finds the process dead builds a new one and resets again. `MAX_CONSECUTIVE_FAILURES` failures in a row raise
+`SimulatorUnavailable`. `fault_stats()` counts the restarts, lost episodes and seconds spent restarting.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,8 +46,12 @@ from vla_envs.episodes import EpisodeTracker
 from vla_envs.reset_ids import check_reset_state_ids
 from vla_envs.robotwin.observations import convert_obs
 from vla_envs.robotwin.options import ACTION_DIM, RoboTwinOptions, resolve_options
-from vla_envs.robotwin.runtime import RoboTwinProcess
+from vla_envs.robotwin.runtime import RoboTwinProcess, RoboTwinProcessDied, RoboTwinUnavailableError
 from vla_envs.video import EpisodeVideoRecorder
+from vla_envs.worker_pool import MAX_CONSECUTIVE_FAILURES, backoff_s
+from vla_envs.workers import SimulatorUnavailable
+
+logger = logging.getLogger(__name__)
 
 # RoboTwin's 14-D joint action (and state) layout: left arm joints [6], left gripper [1], right arm joints [6],
 # right gripper [1]. Joints are absolute positions in radians, grippers in [0, 1].
@@ -88,7 +102,13 @@ class RoboTwinEnv(BatchedEnv):
         self.num_reset_states = cfg.num_trials_per_task
         self._rng = np.random.default_rng(cfg.seed)
         self._closed = False
+        self.worker_restarts = 0  # RoboTwin processes replaced after a crash or hang
+        self.lost_episodes = 0  # episodes in flight on a process that died (ended as truncated)
+        self.restart_time_s = 0.0
         ids = self._draw_ids(self.num_envs)
+        self._reset_ids = (
+            ids.copy()
+        )  # each row's last reset id: a replaced process's rows start again from it
         # the seeds RoboTwin's VectorEnv is built with (every reset sets its own); `onload()` builds with them again
         self._build_seeds = [self.robotwin_seed(int(i)) for i in ids]
         self.venv: RoboTwinProcess | None = RoboTwinProcess(
@@ -177,7 +197,11 @@ class RoboTwinEnv(BatchedEnv):
                 ids = np.repeat(ids[::gs], gs)
         else:
             ids = self._check_ids(reset_state_ids)
-        obs = self._reset_rows(np.arange(self.num_envs), ids)
+        self._reset_ids = ids.copy()
+        try:
+            obs = self._reset_rows(np.arange(self.num_envs), ids)
+        except RoboTwinProcessDied as exc:  # no episode was in flight: none is lost
+            obs = self._replace_process(ids, str(exc))
         self._needs_reset = False
         self.episodes.start(obs)
         if self.video is not None:
@@ -215,7 +239,12 @@ class RoboTwinEnv(BatchedEnv):
                 break  # every row ended in this chunk: the remaining actions are ignored
             rows = np.flatnonzero(live)
             # only the live rows are simulated: an ended or held row's outputs would be dropped
-            raw_live, _, term_live, trunc_live, infos = venv.step(acts[rows, first:end], rows=rows.tolist())
+            try:
+                raw_live, _, term_live, trunc_live, infos = venv.step(
+                    acts[rows, first:end], rows=rows.tolist()
+                )
+            except RoboTwinProcessDied as exc:
+                return self._crash_boundary(c, str(exc))
             term, trunc, succ = (np.zeros(b, dtype=bool) for _ in range(3))
             term[rows], trunc[rows] = _flags(term_live, len(rows)), _flags(trunc_live, len(rows))
             succ[rows] = [
@@ -261,8 +290,17 @@ class RoboTwinEnv(BatchedEnv):
                     self.video.finish(r, obs["images"][r] if self.cfg.auto_reset else None)
         return StepResult(
             obs=obs, rewards=rewards, terminated=terminated, truncated=truncated, final_obs=final_obs,
-            final_mask=ended, episode_metrics=metrics, infos={"success": success, "worker_restarts": 0},
+            final_mask=ended, episode_metrics=metrics, infos={"success": success, **self.fault_stats()},
         )  # fmt: skip
+
+    def fault_stats(self) -> dict[str, float]:
+        """RoboTwin processes replaced, episodes lost to their crashes (ended as truncated) and seconds spent
+        replacing them, so far."""
+        return {
+            "worker_restarts": float(self.worker_restarts),
+            "lost_episodes": float(self.lost_episodes),
+            "restart_time_s": float(self.restart_time_s),
+        }
 
     def expert_paths(self, rows: Sequence[int]) -> list[dict[str, Any]]:
         """RoboTwin's own expert (the task's `play_once`) on the current scenes of `rows`: per row the commanded
@@ -292,6 +330,72 @@ class RoboTwinEnv(BatchedEnv):
             venv.close()
 
     # ------------------------------------------------------------------ internals
+    def _replace_process(self, ids: np.ndarray, reason: str) -> Obs:
+        """Replace the RoboTwin process that died (`reason`) by a new one built with the same seeds and reset every
+        row to `ids` (RoboTwin has no observation of a sub-env before its first reset); returns the observation.
+        Failures on the way are retried after a backoff; `MAX_CONSECUTIVE_FAILURES` in a row raise
+        `SimulatorUnavailable`."""
+        rows = np.arange(self.num_envs)
+        t0 = time.monotonic()
+        try:
+            for attempt in range(MAX_CONSECUTIVE_FAILURES):
+                if attempt > 0:
+                    time.sleep(backoff_s(attempt))
+                old = self.venv
+                logger.warning(
+                    "the RoboTwin process (pid %s, task %s) died or hung (%s); starting a new one and resetting "
+                    "env rows %s", None if old is None else old.pid, self.opts.task,
+                    reason.strip().splitlines()[0] if reason.strip() else reason, rows.tolist(),
+                )  # fmt: skip
+                if old is not None:
+                    old.close()
+                self.venv = None
+                try:
+                    self.venv = RoboTwinProcess(self.opts, n_envs=self.num_envs, env_seeds=self._build_seeds)
+                    self.worker_restarts += 1
+                    return self._reset_rows(rows, ids)
+                except (RoboTwinProcessDied, RoboTwinUnavailableError) as exc:  # the new one died or hung too
+                    reason = str(exc)
+        finally:
+            self.restart_time_s += time.monotonic() - t0
+        first = reason.strip().splitlines()[0] if reason.strip() else reason
+        raise SimulatorUnavailable(
+            f"simulator 'robotwin' (task {self.opts.task}) of env rows {list(range(self.num_envs))} failed "
+            f"{MAX_CONSECUTIVE_FAILURES} times in a row (died, hung or could not start); last error: {first}"
+        )
+
+    def _crash_boundary(self, c: int, reason: str) -> StepResult:
+        """The RoboTwin process died during a chunk: replace it, reset the rows whose episode was in flight and
+        report those episodes as lost (truncated at chunk position 0; this chunk's other outcomes are dropped).
+
+        With auto_reset=False the rows start again from the ids of the last `reset()`, so every trial of an
+        evaluation is still covered, and rows whose episode had already ended stay held, showing their final obs.
+        """
+        episodes = self.episodes
+        last = episodes.last_obs()
+        live = ~episodes.held
+        if self.cfg.auto_reset:  # (no row is held)
+            self._reset_ids = self._draw_ids(self.num_envs)
+        fresh = self._replace_process(self._reset_ids, reason)  # held rows are reset too, and stay held
+        self.lost_episodes += int(live.sum())
+        b = self.num_envs
+        truncated = np.zeros((b, c), dtype=bool)
+        truncated[:, 0] = live
+        zeros = np.zeros((b, c), dtype=np.float32)
+        episodes.add(zeros, np.zeros(b, dtype=np.int64), np.zeros((b, c), dtype=bool))
+        metrics = episodes.end(live)
+        obs = merge_obs_rows(last, fresh, live)
+        episodes.obs = obs
+        if self.video is not None:
+            for r in self.video.rows:
+                if live[r]:
+                    self.video.finish(r, obs["images"][r] if self.cfg.auto_reset else None)
+        return StepResult(
+            obs=obs, rewards=zeros, terminated=np.zeros((b, c), dtype=bool), truncated=truncated,
+            final_obs=last, final_mask=live, episode_metrics=metrics,
+            infos={"success": np.zeros((b, c), dtype=bool), **self.fault_stats()}, lost=live.copy(),
+        )  # fmt: skip
+
     def _record_step(
         self, obs: Obs, live: np.ndarray, step: np.ndarray, reward: np.ndarray, success: np.ndarray
     ) -> None:

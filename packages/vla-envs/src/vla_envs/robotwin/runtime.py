@@ -42,6 +42,11 @@ class RoboTwinUnavailableError(SimulatorSetupError):
     """RoboTwin, its assets or its Python requirements are missing, or it cannot build the envs here."""
 
 
+class RoboTwinProcessDied(RuntimeError):
+    """RoboTwin's child process ended (killed, crashed) or did not answer a call within `call_timeout_s` (it was
+    killed then): the envs it hosted are gone, a new process can host them again."""
+
+
 def check_setup(cfg: EnvConfig) -> None:
     """Raise `RoboTwinUnavailableError` (one line) when this machine lacks what the env of `cfg` needs, before any
     RoboTwin process starts: the checkout's files, the asset folders, and an interpreter that finds RoboTwin."""
@@ -122,7 +127,8 @@ def check_python(opts: RoboTwinOptions, checkout: Path | None) -> str:
 class RoboTwinProcess:
     """RoboTwin's VectorEnv in a child process: `reset(env_idx, env_seeds) -> raw obs`, `step(actions[, rows])`,
     `get_obs()`, `expert(rows)`, `attr(name)`, `run(file, function)`, `close()`. Errors of the child arrive as RoboTwinUnavailableError / ValueError /
-    RuntimeError with its message; a call past its timeout kills the child."""
+    RuntimeError with its message; a call past its timeout kills the child, and a call to a child that died or
+    was killed raises `RoboTwinProcessDied`."""
 
     def __init__(self, opts: RoboTwinOptions, n_envs: int, env_seeds: list[int]) -> None:
         self.opts = opts
@@ -248,14 +254,14 @@ class RoboTwinProcess:
                 if alive
                 else f": the RoboTwin process ended (exit code {self._proc.returncode})"
             )
-            error = RoboTwinUnavailableError if cmd == "init" else RuntimeError
+            error = RoboTwinUnavailableError if cmd == "init" else RoboTwinProcessDied
             raise error(f"{what}{reason}; its last output:\n{tail}")
         try:
             reply = self._conn.recv()
         except EOFError:
             tail = self.log_tail()
             self.close()
-            raise (RoboTwinUnavailableError if cmd == "init" else RuntimeError)(
+            raise (RoboTwinUnavailableError if cmd == "init" else RoboTwinProcessDied)(
                 f"{what}: the RoboTwin process ended (exit code {self._proc.returncode}); its last output:\n{tail}"
             ) from None
         if reply[0] == "ok":

@@ -3,6 +3,7 @@
     python benchmarks/put_on_plate_warm_start.py fit --like S/policy --demos S/demos --out D [--vision-dim 128 ...]
     python benchmarks/put_on_plate_warm_start.py lag [--perturb 0.01]
     python benchmarks/put_on_plate_warm_start.py dagger --policy S/policy --demos S/demos --out D [--rounds 5]
+    python benchmarks/put_on_plate_warm_start.py keypoints --demos S/demos [--steps 4000]
 
 S is a `vla-sft maniskill_put_on_plate_ppo_tiny_cpu` folder (its demos; `--like`: its policy's settings: action
 bins, norm stats, proprio). The stand-in or real assets come from MS_ASSET_DIR / MANISKILL_ASSET_DIR.
@@ -18,6 +19,11 @@ model, not PPO, is the limit.
 `lag` runs the expert (with `--perturb` noise on the executed moves, as perturbed demos do) and prints how far the
 arm controller's target leads the measured end effector when the expert decides. The expert's labels are moves of
 that target, which no observation shows.
+
+`keypoints` asks whether a vision stem that localises does better than the ViT: a small convolutional network with
+a spatial-softmax read-out (each of `--keypoints` feature maps gives the expected image position of its peak) and
+the proprio state into an MLP, regressing the scaled move (mean squared error) and the gripper (logistic), trained
+on the same split and reported with the same teacher-forced errors and closed-loop success as `fit`.
 
 `dagger` drives the env with the policy (sampled actions), labels every state it visits with the expert's action
 (the expert reads the live privileged state), adds those frames to the demos and fine-tunes for `--steps`, for
@@ -118,7 +124,14 @@ def make_optimizer(policy, lr: float) -> torch.optim.Optimizer:
 
 
 def bc_steps(
-    policy, data: dict, rows: np.ndarray, steps: int, optimizer, g: torch.Generator, batch: int = 64
+    policy,
+    data: dict,
+    rows: np.ndarray,
+    steps: int,
+    optimizer,
+    g: torch.Generator,
+    batch: int = 64,
+    shift: int = 4,
 ) -> list[float]:
     from train_embodied.sft import random_shift
 
@@ -127,7 +140,7 @@ def bc_steps(
     for _ in range(steps):
         idx = rows_t[torch.randint(0, len(rows_t), (batch,), generator=g)]
         obs = {
-            "images": random_shift(data["images"][idx], 4, g),
+            "images": random_shift(data["images"][idx], shift, g),
             "wrist_images": None,
             "states": data["states"][idx] if policy.config.use_proprio else None,
             "task_descriptions": [data["texts"][i] for i in idx.tolist()],
@@ -208,7 +221,7 @@ def fit(args: argparse.Namespace) -> None:
     losses: list[float] = []
     while done < args.steps:
         n = min(args.every, args.steps - done)
-        losses += bc_steps(policy, data, train_rows, n, optimizer, g)
+        losses += bc_steps(policy, data, train_rows, n, optimizer, g, shift=args.shift)
         done += n
         closed = run_episodes(
             policy, sim, expert, cfg, range(PROBE_TRIALS, PROBE_TRIALS + args.episodes), record=False
@@ -224,6 +237,113 @@ def fit(args: argparse.Namespace) -> None:
         }
         print(json.dumps(row), flush=True)
         policy.save_pretrained(str(Path(args.out) / "policy"))
+    sim.close()
+
+
+class KeypointNet(torch.nn.Module):
+    """Convolutions -> spatial softmax (expected x, y of each of `k` feature maps) + normalised proprio -> MLP ->
+    7 outputs (moves and turns scaled by the norm-stats range, a gripper logit)."""
+
+    def __init__(
+        self, k: int, state_mean: torch.Tensor, state_std: torch.Tensor, image_size: int = 64
+    ) -> None:
+        super().__init__()
+        nn = torch.nn
+        self.conv = nn.Sequential(
+            nn.Conv2d(3, 32, 5, padding=2), nn.ReLU(), nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, k, 1),
+        )  # fmt: skip
+        line = torch.linspace(-1, 1, image_size)
+        ys, xs = torch.meshgrid(line, line, indexing="ij")
+        self.register_buffer("grid", torch.stack([xs.flatten(), ys.flatten()], 1))
+        self.register_buffer("state_mean", state_mean)
+        self.register_buffer("state_std", state_std)
+        self.head = nn.Sequential(
+            nn.Linear(2 * k + len(state_mean), 256),
+            nn.ReLU(),
+            nn.Linear(256, 256),
+            nn.ReLU(),
+            nn.Linear(256, 7),
+        )
+
+    def forward(self, images: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+        x = (images.permute(0, 3, 1, 2).float() / 255.0 - 0.5) / 0.25
+        heat = self.conv(x).flatten(2)
+        points = (torch.softmax(heat, -1) @ self.grid).flatten(1)
+        return self.head(torch.cat([points, (states - self.state_mean) / self.state_std], 1))
+
+
+KEYPOINT_SCALE = torch.tensor([0.04, 0.04, 0.04, 0.5, 0.5, 0.5, 1.0])
+
+
+def keypoint_actions(net: KeypointNet, images: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        out = net(images, states) * KEYPOINT_SCALE
+    out[:, 6] = (out[:, 6] > 0).float()  # the logit's sign: 1 opens, 0 closes
+    return out
+
+
+def keypoints(args: argparse.Namespace) -> None:
+    from vla_envs.maniskill import put_on_plate
+
+    torch.manual_seed(args.seed)
+    data = load_data(args.demos)
+    episodes = np.unique(data["episode_index"])
+    held = np.isin(data["episode_index"], episodes[-args.held_out :])
+    train_rows, held_rows = np.flatnonzero(~held), np.flatnonzero(held)
+    states = data["states"][train_rows]
+    net = KeypointNet(args.keypoints, states.mean(0), states.std(0) + 1e-3)
+    cfg, sim, _ = make_sim()
+
+    def teacher_forced_error(rows: np.ndarray) -> dict:
+        i = torch.as_tensor(rows[:1024])
+        e = (keypoint_actions(net, data["images"][i], data["states"][i]) - data["actions"][i]).abs()
+        return {
+            "mean_m": round(float(e[:, :3].mean()), 4),
+            "over_1cm": round(float((e[:, :3].max(1).values > 0.01).float().mean()), 3),
+        }
+
+    def closed_loop() -> float:
+        successes = []
+        for trial in range(PROBE_TRIALS, PROBE_TRIALS + args.episodes):
+            episode = int(put_on_plate.episode_ids(np.array([trial]), 1, sim.total_num_trials)[0])
+            obs = sim.reset_episode(episode, trial)
+            success = False
+            for _ in range(cfg.max_episode_steps):
+                image = torch.as_tensor(np.asarray(obs["images"]))[None]
+                state = torch.as_tensor(np.asarray(obs["states"], dtype=np.float32))[None]
+                obs, _, success, _ = sim.step(keypoint_actions(net, image, state)[0].numpy())
+                if success:
+                    break
+            successes.append(bool(success))
+        return float(np.mean(successes))
+
+    print(
+        json.dumps({"parameters": sum(p.numel() for p in net.parameters()), "train_frames": len(train_rows)})
+    )
+    optimizer = torch.optim.AdamW(net.parameters(), lr=args.lr, weight_decay=1e-4)
+    g = torch.Generator().manual_seed(args.seed)
+    rows_t = torch.as_tensor(train_rows)
+    t0, losses = time.time(), []
+    for step in range(1, args.steps + 1):
+        i = rows_t[torch.randint(0, len(rows_t), (64,), generator=g)]
+        out, target = net(data["images"][i], data["states"][i]), data["actions"][i] / KEYPOINT_SCALE
+        loss = torch.nn.functional.mse_loss(out[:, :6], target[:, :6])
+        loss = loss + torch.nn.functional.binary_cross_entropy_with_logits(out[:, 6], target[:, 6])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+        if step % args.every == 0 or step == args.steps:
+            row = {
+                "step": step,
+                "loss": round(float(np.mean(losses[-100:])), 4),
+                "seconds": round(time.time() - t0),
+                "teacher_forced_train": teacher_forced_error(train_rows),
+                "teacher_forced_held_out": teacher_forced_error(held_rows),
+                "closed_loop_success": closed_loop(),
+            }
+            print(json.dumps(row), flush=True)
     sim.close()
 
 
@@ -300,6 +420,9 @@ def main() -> None:
     f.add_argument("--hidden-size", type=int, default=128)
     f.add_argument("--patch-size", type=int, default=16)
     f.add_argument("--no-proprio", action="store_true")
+    f.add_argument(
+        "--shift", type=int, default=4, help="random-shift augmentation (pixels), as sft.augment_shift"
+    )
     f.add_argument("--steps", type=int, default=10000)
     f.add_argument("--every", type=int, default=2000)
     f.add_argument("--held-out", type=int, default=30, help="demo episodes kept out of training")
@@ -314,10 +437,17 @@ def main() -> None:
     d.add_argument("--rounds", type=int, default=5)
     d.add_argument("--steps", type=int, default=1000, help="behaviour-cloning steps per round")
     d.add_argument("--lr", type=float, default=1e-4)
+    k = sub.add_parser("keypoints", help="behaviour cloning with a convolutional spatial-softmax stem")
+    k.add_argument("--keypoints", type=int, default=16)
+    k.add_argument("--steps", type=int, default=4000)
+    k.add_argument("--every", type=int, default=1000)
+    k.add_argument("--held-out", type=int, default=30, help="demo episodes kept out of training")
+    k.add_argument("--lr", type=float, default=1e-3)
+    k.add_argument("--demos", required=True)
     for p in (f, d):
         p.add_argument("--demos", required=True)
         p.add_argument("--out", required=True)
-    for p in (f, d, lg):
+    for p in (f, d, lg, k):
         p.add_argument("--episodes", type=int, default=20)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--threads", type=int, default=1)
@@ -325,7 +455,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     if getattr(args, "out", None):
         Path(args.out).mkdir(parents=True, exist_ok=True)
-    {"fit": fit, "lag": lag, "dagger": dagger}[args.command](args)
+    {"fit": fit, "lag": lag, "dagger": dagger, "keypoints": keypoints}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -106,9 +106,8 @@ class RoboTwinEnv(BatchedEnv):
         self.lost_episodes = 0  # episodes in flight on a process that died (ended as truncated)
         self.restart_time_s = 0.0
         ids = self._draw_ids(self.num_envs)
-        self._reset_ids = (
-            ids.copy()
-        )  # each row's last reset id: a replaced process's rows start again from it
+        # each row's last reset id: a replaced process's rows start again from it (auto_reset=False)
+        self._reset_ids = ids.copy()
         # the seeds RoboTwin's VectorEnv is built with (every reset sets its own); `onload()` builds with them again
         self._build_seeds = [self.robotwin_seed(int(i)) for i in ids]
         self.venv: RoboTwinProcess | None = RoboTwinProcess(

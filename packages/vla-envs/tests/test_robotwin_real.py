@@ -143,3 +143,29 @@ def test_a_construction_that_never_ends_is_bounded() -> None:
     ):
         make_env(cfg)
     assert time.monotonic() - start < 45  # the child was killed, not waited for
+
+
+@pytest.mark.slow
+def test_a_killed_robotwin_process_is_replaced_and_the_same_trials_start_again() -> None:
+    """The OS kills RoboTwin's process (memory pressure): the next chunk reports the episodes in flight as lost, a new
+    process hosts the envs, and without auto_reset the rows start the trials of the last reset again."""
+    import signal
+
+    cfg = _cfg("blocks_ranking_rgb")
+    env = make_env(cfg.replace(max_episode_steps=100, auto_reset=False))
+    try:
+        start = env.reset(reset_state_ids=[3, 4])
+        hold = np.repeat(start["states"][:, None, :], 2, axis=1)
+        before = env.chunk_step(hold)
+        pid = env.venv.pid
+        os.kill(pid, signal.SIGKILL)
+        env.venv._proc.wait(timeout=30)
+        res = env.chunk_step(hold)
+        assert env.venv.pid != pid and env.fault_stats()["worker_restarts"] == 1
+        assert res.lost.tolist() == [True, True] and res.truncated[:, 0].all() and not res.rewards.any()
+        np.testing.assert_array_equal(res.final_obs["images"], before.obs["images"])
+        assert res.obs["task_descriptions"] == start["task_descriptions"]  # the same scenes again
+        np.testing.assert_array_equal(res.obs["images"], start["images"])
+        assert not env.chunk_step(hold).lost.any()  # and the new process steps on
+    finally:
+        env.close()

@@ -397,3 +397,29 @@ def test_a_reset_that_finds_the_robotwin_process_dead_starts_a_new_one(assets: P
             t.endswith(f"seed {env.robotwin_seed(i)})") for t, i in zip(obs["task_descriptions"], [2, 3])
         ] == [True, True]
         assert not env.chunk_step(_grippers(2, 1, 1.0)).lost.any()
+
+
+def test_a_robotwin_process_stuck_in_a_step_is_killed_and_replaced(assets: Path) -> None:
+    hooks = Path(__file__).with_name("robotwin_stub_hooks.py")
+    with make_env(_cfg(assets, extra={"call_timeout_s": 2})) as env:
+        env.reset(reset_state_ids=[0, 1])
+        env.venv.run(hooks, "stall_steps", row=1, seconds=30)
+        pid = env.venv.pid
+        res = env.chunk_step(_grippers(2, 1, 1.0))
+        assert env.venv.pid != pid and env.worker_restarts == 1
+        assert res.lost.tolist() == [True, True] and res.truncated[:, 0].all()
+        assert not env.chunk_step(_grippers(2, 1, 1.0)).lost.any()  # the new process does not stall
+
+
+def test_a_step_past_the_processes_own_bound_kills_the_process_and_a_reset_replaces_it(assets: Path) -> None:
+    from vla_envs.robotwin import RoboTwinProcessDied
+
+    hooks = Path(__file__).with_name("robotwin_stub_hooks.py")
+    with make_env(_cfg(assets)) as env:
+        env.reset(reset_state_ids=[0, 1])
+        process = env.venv
+        with pytest.raises(RoboTwinProcessDied, match=r"took more than 1 s.*the RoboTwin process was killed"):
+            process.run(hooks, "exceed_step_bound")
+        assert process.closed and process._proc.poll() is not None
+        env.reset(reset_state_ids=[0, 1])
+        assert env.venv is not process and env.worker_restarts == 1

@@ -127,8 +127,8 @@ def check_python(opts: RoboTwinOptions, checkout: Path | None) -> str:
 class RoboTwinProcess:
     """RoboTwin's VectorEnv in a child process: `reset(env_idx, env_seeds) -> raw obs`, `step(actions[, rows])`,
     `get_obs()`, `expert(rows)`, `attr(name)`, `run(file, function)`, `close()`. Errors of the child arrive as RoboTwinUnavailableError / ValueError /
-    RuntimeError with its message; a call past its timeout kills the child, and a call to a child that died or
-    was killed raises `RoboTwinProcessDied`."""
+    RuntimeError with its message; a call past its timeout, or a sub-env step inside the child past its bound, kills
+    the child, and such a call or a call to a child that died raises `RoboTwinProcessDied`."""
 
     def __init__(self, opts: RoboTwinOptions, n_envs: int, env_seeds: list[int]) -> None:
         self.opts = opts
@@ -146,6 +146,9 @@ class RoboTwinProcess:
         theirs.close()
         self._conn = Connection(ours.detach())
         self._closed = False
+        self._died: str | None = (
+            None  # why the child died or was killed (later calls raise RoboTwinProcessDied)
+        )
         spec = {
             "checkout": str(checkout) if checkout else None,
             "assets_root": str(assets),
@@ -232,6 +235,8 @@ class RoboTwinProcess:
         return "\n".join([*own, "...", text[-n_chars:]])
 
     def _call(self, cmd: str, *args: Any, timeout: float | None = None, what: str | None = None) -> Any:
+        if self._died is not None:
+            raise RoboTwinProcessDied(self._died)
         if self._closed:
             raise RuntimeError("the RoboTwin env is closed")
         timeout = self.opts.call_timeout_s if timeout is None else timeout
@@ -255,18 +260,26 @@ class RoboTwinProcess:
                 else f": the RoboTwin process ended (exit code {self._proc.returncode})"
             )
             error = RoboTwinUnavailableError if cmd == "init" else RoboTwinProcessDied
-            raise error(f"{what}{reason}; its last output:\n{tail}")
+            self._died = f"{what}{reason}; its last output:\n{tail}"
+            raise error(self._died)
         try:
             reply = self._conn.recv()
         except EOFError:
             tail = self.log_tail()
             self.close()
-            raise (RoboTwinUnavailableError if cmd == "init" else RoboTwinProcessDied)(
-                f"{what}: the RoboTwin process ended (exit code {self._proc.returncode}); its last output:\n{tail}"
-            ) from None
+            self._died = f"{what}: the RoboTwin process ended (exit code {self._proc.returncode}); its last output:\n{tail}"
+            raise (RoboTwinUnavailableError if cmd == "init" else RoboTwinProcessDied)(self._died) from None
         if reply[0] == "ok":
             return reply[1]
         _, kind, message = reply
+        # a thread of the child is stuck in RoboTwin (a step past its bound): only a new process runs the envs again
+        if kind == "hung":
+            tail = self.log_tail()
+            self._proc.kill()
+            self._proc.wait()
+            self.close()
+            self._died = f"{what}: {message}; the RoboTwin process was killed; its last output:\n{tail}"
+            raise RoboTwinProcessDied(self._died)
         if kind == "unavailable":
             raise RoboTwinUnavailableError(f"{message}: {INSTALL_HELP}")
         if kind == "config":

@@ -21,7 +21,8 @@ RoboTwin is installed, which is usually a separate virtual environment (RoboTwin
   ("close",)                         VectorEnv.close(), then exit
 
 Replies: ("ok", value) or ("error", kind, message) with kind "unavailable" (RoboTwin or its assets cannot be
-used here), "config" (a setting RoboTwin cannot run with) or "runtime" (an error while running).
+used here), "config" (a setting RoboTwin cannot run with), "hung" (a sub-env's step passed its bound: a thread of
+this process is stuck, so the process has to be replaced) or "runtime" (an error while running).
 """
 
 from __future__ import annotations
@@ -359,6 +360,11 @@ def serve(conn: Connection) -> None:
             conn.send(("ok", value))
         except RequestError as exc:
             conn.send(("error", exc.kind, str(exc)))
+        except (
+            TimeoutError
+        ) as exc:  # a stuck sub-env thread cannot be stopped: the parent replaces this process
+            _log(traceback.format_exc())
+            conn.send(("error", "hung", f"{type(exc).__name__}: {exc}"))
         except Exception as exc:
             _log(traceback.format_exc())
             conn.send(("error", "runtime", f"{type(exc).__name__}: {exc}"))

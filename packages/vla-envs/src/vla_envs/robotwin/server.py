@@ -360,9 +360,8 @@ def serve(conn: Connection) -> None:
             conn.send(("ok", value))
         except RequestError as exc:
             conn.send(("error", exc.kind, str(exc)))
-        except (
-            TimeoutError
-        ) as exc:  # a stuck sub-env thread cannot be stopped: the parent replaces this process
+        # a stuck sub-env thread cannot be stopped: the parent replaces this process
+        except TimeoutError as exc:
             _log(traceback.format_exc())
             conn.send(("error", "hung", f"{type(exc).__name__}: {exc}"))
         except Exception as exc:

@@ -70,11 +70,10 @@ def make_sim(expert_settings=None):
         extra={"obj_set": "train", "render_scale": 0.25},
     )
     opts = resolve_options(cfg)
-    return (
-        cfg,
-        PutOnPlateSim(cfg, opts),
-        PutOnPlateExpert(expert_settings, gripper_action=opts.gripper_action),
-    )
+    threads = torch.get_num_threads()
+    sim = PutOnPlateSim(cfg, opts)  # sets torch to one thread, as a simulator worker process runs
+    torch.set_num_threads(threads)  # this process also trains: --threads stays
+    return cfg, sim, PutOnPlateExpert(expert_settings, gripper_action=opts.gripper_action)
 
 
 def policy_obs(obs: dict, use_proprio: bool) -> dict:
@@ -194,8 +193,9 @@ def fit(args: argparse.Namespace) -> None:
     like = load_policy(args.like).config
     backbone = PrismaticConfig.tiny(
         image_size=like.backbone.image_size,
-        patch_size=args.patch_size,
+        patch_size=None if args.vision_stem == "keypoints" else args.patch_size,
         vision_dim=args.vision_dim,
+        vision_stem=args.vision_stem,
         hidden_size=args.hidden_size,
         num_layers=args.num_layers,
     )
@@ -419,6 +419,9 @@ def main() -> None:
     f.add_argument("--num-layers", type=int, default=2, help="language-model layers")
     f.add_argument("--hidden-size", type=int, default=128)
     f.add_argument("--patch-size", type=int, default=16)
+    f.add_argument(
+        "--vision-stem", choices=("vit", "keypoints"), default="vit", help="the tiny backbone's vision_stem"
+    )
     f.add_argument("--no-proprio", action="store_true")
     f.add_argument(
         "--shift", type=int, default=4, help="random-shift augmentation (pixels), as sft.augment_shift"

@@ -23,6 +23,7 @@ ARCHITECTURE_KEYS = (
     "image_size",
     "patch_size",
     "hidden_size",
+    "vision_stem",
 )
 
 

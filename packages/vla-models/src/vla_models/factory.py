@@ -15,7 +15,8 @@ def config_from_dict(d: dict[str, Any]) -> Any:
     """Typed config from a flat dict (e.g. an app's ``actor.model`` section).
 
     Keys: ``model_type`` (a registered family: "openvla", "openvla_oft", "openpi", ...), ``size`` (OpenVLA
-    families: "tiny" | "7b", default "7b"; for tiny also ``image_size`` / ``patch_size`` / ``hidden_size``;
+    families: "tiny" | "7b", default "7b"; for tiny also ``image_size`` / ``patch_size`` / ``hidden_size`` /
+    ``vision_stem`` ("vit" | "keypoints");
     pi0: "tiny" | "pi0_base"), and any config field (``action_dim``, ``use_proprio``, ``is_lora``, ...).
     ``vocab_size`` / ``hidden_size`` of a 7B config are checked, not set.
     """

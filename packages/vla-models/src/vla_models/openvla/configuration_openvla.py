@@ -159,12 +159,22 @@ class OpenVLAConfig:
 
     @classmethod
     def tiny(
-        cls, *, image_size: int = 64, patch_size: int = 8, hidden_size: int = 128, **overrides: Any
+        cls,
+        *,
+        image_size: int = 64,
+        patch_size: int | None = None,
+        hidden_size: int = 128,
+        vision_stem: str = "vit",
+        **overrides: Any,
     ) -> OpenVLAConfig:
-        """CPU-sized model (about 1M parameters) with the in-code tokenizer; builds fully offline."""
+        """CPU-sized model (about 1M parameters) with the in-code tokenizer; builds fully offline.
+        ``vision_stem`` / ``patch_size``: see :meth:`PrismaticConfig.tiny`."""
         defaults: dict[str, Any] = dict(
             backbone=PrismaticConfig.tiny(
-                image_size=image_size, patch_size=patch_size, hidden_size=hidden_size
+                image_size=image_size,
+                patch_size=patch_size,
+                hidden_size=hidden_size,
+                vision_stem=vision_stem,
             ),
             precision="fp32",
             tokenizer="tiny",

@@ -82,7 +82,13 @@ class OpenVLAOFTConfig(OpenVLAConfig):
 
     @classmethod
     def tiny(
-        cls, *, image_size: int = 64, patch_size: int = 8, hidden_size: int = 128, **overrides: Any
+        cls,
+        *,
+        image_size: int = 64,
+        patch_size: int | None = None,
+        hidden_size: int = 128,
+        vision_stem: str = "vit",
+        **overrides: Any,
     ) -> OpenVLAOFTConfig:
         """CPU-sized OFT (about 1M parameters, learned action queries, causal prefix, in-code tokenizer)."""
         overrides.setdefault("implement_version", "causal_prefix")
@@ -91,5 +97,9 @@ class OpenVLAOFTConfig(OpenVLAConfig):
         )
         overrides.setdefault("num_action_chunks", 1)
         return super().tiny(
-            image_size=image_size, patch_size=patch_size, hidden_size=hidden_size, **overrides
+            image_size=image_size,
+            patch_size=patch_size,
+            hidden_size=hidden_size,
+            vision_stem=vision_stem,
+            **overrides,
         )  # type: ignore[return-value]

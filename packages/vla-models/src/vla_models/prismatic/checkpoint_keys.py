@@ -58,6 +58,8 @@ def _attention_names(kind: str) -> dict[str, str]:
 
 
 def _tower_to_timm(kind: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if kind == "keypoints":  # no timm counterpart: stored under its own module names
+        return dict(sd)
     out: dict[str, torch.Tensor] = {}
     blocks = "encoder.layer." if kind == "dinov2_reg" else "encoder.layers."
     names = _attention_names(kind)
@@ -103,6 +105,8 @@ def _tower_to_timm(kind: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Te
 
 
 def _tower_from_timm(kind: str, sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    if kind == "keypoints":
+        return dict(sd)
     out: dict[str, torch.Tensor] = {}
     blocks = "encoder.layer." if kind == "dinov2_reg" else "encoder.layers."
     names = _attention_names(kind)
@@ -170,6 +174,8 @@ def unused_tower_keys(towers: tuple[VisionTowerConfig, ...]) -> tuple[str, ...]:
     DINOv2 mask token); a checkpoint may lack them."""
     out = []
     for i, cfg in enumerate(towers):
+        if cfg.kind == "keypoints":  # every parameter is used
+            continue
         p = "backbone." + _TOWER_PREFIXES[i]
         blocks = "encoder.layer." if cfg.kind == "dinov2_reg" else "encoder.layers."
         out += [

@@ -16,13 +16,24 @@ OPENVLA_DINOV2_STD = (0.228515625, 0.2236328125, 0.224609375)
 HEAD_DIMS = {"dinov2_reg": 64, "siglip": 72}
 SIGLIP_MEAN = (0.5, 0.5, 0.5)
 SIGLIP_STD = (0.5, 0.5, 0.5)
-VISION_KINDS = ("dinov2_reg", "siglip")
+VISION_KINDS = ("dinov2_reg", "siglip", "keypoints")
+#: what the tiny backbone's ``vision_stem`` setting selects: two ViT towers, or one keypoint stem
+VISION_STEMS = ("vit", "keypoints")
+KEYPOINT_MEAN = (0.5, 0.5, 0.5)
+KEYPOINT_STD = (0.25, 0.25, 0.25)
 
 
 @dataclass(kw_only=True)
 class VisionTowerConfig:
-    """One ViT tower. ``kind`` "dinov2_reg" (DINOv2 with registers) or "siglip"; the feature is the output of
-    the second-to-last block (patch tokens only), as in Prismatic."""
+    """One vision tower. ``kind`` "dinov2_reg" (DINOv2 with registers) or "siglip": a ViT whose feature is the
+    output of the second-to-last block (patch tokens only), as in Prismatic.
+
+    ``kind`` "keypoints": a small convolutional stem that localises (a tiny-model option for tasks where the
+    policy must find a small object): ``num_layers`` convolutions of ``mlp_dim`` channels at full resolution, the
+    last a 1x1 to ``hidden_size / 2`` maps, and a spatial softmax that gives each map's expected image position;
+    the feature is one token of those ``hidden_size`` coordinates. It reads the whole image, so its
+    ``patch_size`` is the image size; ``num_heads`` is unused (1).
+    """
 
     kind: str
     hidden_size: int
@@ -41,6 +52,10 @@ class VisionTowerConfig:
         if self.num_layers < 2:
             raise ValueError(
                 f"vision tower num_layers must be >= 2 (the 2nd-to-last is used), got {self.num_layers}"
+            )
+        if self.kind == "keypoints" and self.hidden_size % 2:
+            raise ValueError(
+                f"keypoints tower hidden_size must be even (x, y per keypoint), got {self.hidden_size}"
             )
         if self.hidden_size % self.num_heads:
             raise ValueError(
@@ -146,6 +161,14 @@ class PrismaticConfig:
                 raise ValueError(
                     f"image_size {self.image_size} is not divisible by patch_size {t.patch_size}"
                 )
+        if any(t.kind == "keypoints" for t in towers):
+            if len(towers) != 1:
+                raise ValueError("a keypoints tower is the only tower of its backbone; got two towers")
+            if towers[0].patch_size != self.image_size:
+                raise ValueError(
+                    f"a keypoints tower reads the whole image: patch_size must be image_size "
+                    f"{self.image_size}, got {towers[0].patch_size}"
+                )
         if len(towers) == 2 and towers[0].patch_size != towers[1].patch_size:
             raise ValueError("fused vision towers must share patch_size (their patch grids are concatenated)")
         self.vision_towers = towers
@@ -168,6 +191,11 @@ class PrismaticConfig:
         return (self.image_size // self.vision_towers[0].patch_size) ** 2
 
     @property
+    def vision_stem(self) -> str:
+        """The tiny backbone's ``vision_stem``: "keypoints" for a keypoint-stem backbone, else "vit"."""
+        return "keypoints" if self.vision_towers[0].kind == "keypoints" else "vit"
+
+    @property
     def vision_dim(self) -> int:
         return sum(t.hidden_size for t in self.vision_towers)
 
@@ -184,13 +212,55 @@ class PrismaticConfig:
         cls,
         *,
         image_size: int = 64,
-        patch_size: int = 8,
+        patch_size: int | None = None,
         vision_dim: int = 64,
         hidden_size: int = 128,
         num_layers: int = 2,
         vocab_size: int = 1024,
+        vision_stem: str = "vit",
     ) -> PrismaticConfig:
-        """A CPU-sized backbone with the same structure (both towers, projector, Llama)."""
+        """A CPU-sized backbone with the same structure (both towers, projector, Llama).
+
+        ``vision_stem`` "vit" (default): DINOv2 and SigLIP towers with ``patch_size`` patches (8 when None);
+        "keypoints": one keypoint stem (16 keypoints, 4 convolutions of 32 channels; see
+        :class:`VisionTowerConfig`), which takes no ``patch_size`` (None, or the image size).
+        """
+        text = LanguageModelConfig(
+            hidden_size=hidden_size,
+            num_layers=num_layers,
+            num_heads=4,
+            num_kv_heads=4,
+            intermediate_size=2 * hidden_size,
+            max_position_embeddings=1024,
+        )
+        common = dict(
+            image_size=image_size,
+            text=text,
+            vocab_size=vocab_size,
+            pad_to_multiple_of=64,
+            pad_token_id=vocab_size,
+            bos_token_id=1,
+        )
+        if vision_stem == "keypoints":
+            if patch_size not in (None, image_size):
+                raise ValueError(
+                    f"patch_size={patch_size} is a ViT's setting; the keypoints vision_stem reads the whole "
+                    "image: leave patch_size unset (null)"
+                )
+            stem = VisionTowerConfig(
+                kind="keypoints",
+                hidden_size=32,
+                num_layers=4,
+                num_heads=1,
+                mlp_dim=32,
+                patch_size=image_size,
+                image_mean=KEYPOINT_MEAN,
+                image_std=KEYPOINT_STD,
+            )
+            return cls(vision_towers=(stem,), **common)
+        if vision_stem != "vit":
+            raise ValueError(f"vision_stem={vision_stem!r} is not supported; allowed: {VISION_STEMS}")
+        patch_size = 8 if patch_size is None else patch_size
         dino = VisionTowerConfig(
             kind="dinov2_reg",
             hidden_size=vision_dim,
@@ -210,20 +280,4 @@ class PrismaticConfig:
             image_mean=SIGLIP_MEAN,
             image_std=SIGLIP_STD,
         )
-        text = LanguageModelConfig(
-            hidden_size=hidden_size,
-            num_layers=num_layers,
-            num_heads=4,
-            num_kv_heads=4,
-            intermediate_size=2 * hidden_size,
-            max_position_embeddings=1024,
-        )
-        return cls(
-            image_size=image_size,
-            vision_towers=(dino, siglip),
-            text=text,
-            vocab_size=vocab_size,
-            pad_to_multiple_of=64,
-            pad_token_id=vocab_size,
-            bos_token_id=1,
-        )
+        return cls(vision_towers=(dino, siglip), **common)

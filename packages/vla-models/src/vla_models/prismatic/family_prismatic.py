@@ -38,7 +38,9 @@ PRISMATIC_SETTINGS = frozenset(
     }
 )
 #: Settings that size a tiny backbone (``size: tiny``).
-_TINY_KEYS = ("image_size", "patch_size", "hidden_size")
+_TINY_KEYS = ("image_size", "patch_size", "hidden_size", "vision_stem")
+#: the tiny sizes a settings block's ``extra`` may hold
+_TINY_EXTRA_KEYS = ("patch_size", "hidden_size", "vision_stem")
 #: The config fields ``build_policy`` passes on when it loads ``model_path``: the run's own settings.
 PRISMATIC_LOAD_KEYS = (
     "is_lora",
@@ -62,7 +64,7 @@ def prismatic_config_from_dict(family: str) -> Callable[[dict[str, Any]], Any]:
     """``config_from_dict`` of the Prismatic family ``family``.
 
     Keys: ``size`` ("tiny" | "7b", default "7b"), for tiny also ``image_size`` / ``patch_size`` /
-    ``hidden_size``, and any config field (``action_dim``, ``use_proprio``, ``is_lora``, ...). ``vocab_size`` /
+    ``hidden_size`` / ``vision_stem``, and any config field (``action_dim``, ``use_proprio``, ``is_lora``, ...). ``vocab_size`` /
     ``hidden_size`` of a 7B config are checked, not set.
     """
 
@@ -152,12 +154,12 @@ def prismatic_checks(s: Mapping[str, Any], prefix: str = "") -> list[str]:
 
 def prismatic_extra_checks(family: str, s: Mapping[str, Any], prefix: str = "") -> list[str]:
     """One line per key of ``extra`` that is neither a field of ``family``'s config nor a tiny backbone's size
-    (``patch_size``, ``hidden_size``): such a key would only fail once the policy is built or loaded, and then
+    (``patch_size``, ``hidden_size``, ``vision_stem``): such a key would only fail once the policy is built or loaded, and then
     under another key's name."""
     from vla_models.families import get_family
 
     cls = get_family(family).config_class
-    known = {f.name for f in dataclasses.fields(cls)} | {"patch_size", "hidden_size"}
+    known = {f.name for f in dataclasses.fields(cls)} | set(_TINY_EXTRA_KEYS)
     return [
         f"{prefix}extra.{key} is not a field of {cls.__name__}; allowed: {', '.join(sorted(known))}"
         for key in s.get("extra") or {}
@@ -175,13 +177,13 @@ def prismatic_config_from_settings(
     family: str, family_fields: Callable[[Mapping[str, Any]], dict[str, Any]] = lambda s: {}
 ) -> Callable[[Mapping[str, Any]], Any]:
     """``config_from_settings`` of a Prismatic family: a tiny config (``image_size``, ``patch_size`` /
-    ``hidden_size`` from ``extra``) with the settings' fields, ``family_fields`` and the rest of ``extra``."""
+    ``hidden_size`` / ``vision_stem`` from ``extra``) with the settings' fields, ``family_fields`` and the rest of ``extra``."""
 
     def config_from_settings(s: Mapping[str, Any]) -> Any:
         from vla_models.families import get_family
 
         extra = dict(s.get("extra") or {})
-        sizes = {k: extra.pop(k) for k in ("patch_size", "hidden_size") if k in extra}
+        sizes = {k: extra.pop(k) for k in _TINY_EXTRA_KEYS if k in extra}
         fields = {**prismatic_common(s), **family_fields(s)}
         image_size = s.get("image_size", 64)
         return get_family(family).config_class.tiny(image_size=image_size, **sizes, **fields, **extra)

@@ -23,7 +23,32 @@ from vla_models.cache_kwarg import cache_kwarg, output_cache
 from vla_models.prismatic.configuration_prismatic import PrismaticConfig, VisionTowerConfig
 
 
+class KeypointStem(nn.Module):
+    """The ``keypoints`` tower (see :class:`VisionTowerConfig`): convolutions at full resolution, then a spatial
+    softmax per output map -> its expected (x, y) in [-1, 1]; ``[B, 3, S, S]`` -> ``[B, 1, 2 K]``."""
+
+    def __init__(self, cfg: VisionTowerConfig) -> None:
+        super().__init__()
+        width, k = cfg.mlp_dim, cfg.hidden_size // 2
+        layers: list[nn.Module] = [nn.Conv2d(3, width, 5, padding=2), nn.ReLU()]
+        for _ in range(cfg.num_layers - 2):
+            layers += [nn.Conv2d(width, width, 3, padding=1), nn.ReLU()]
+        layers.append(nn.Conv2d(width, k, 1))
+        self.conv = nn.Sequential(*layers)
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        heat = self.conv(pixels)
+        b, k, h, w = heat.shape
+        ys = torch.linspace(-1.0, 1.0, h, device=heat.device, dtype=heat.dtype)
+        xs = torch.linspace(-1.0, 1.0, w, device=heat.device, dtype=heat.dtype)
+        grid = torch.stack(torch.meshgrid(xs, ys, indexing="xy"), -1).reshape(h * w, 2)  # (x, y) per pixel
+        points = torch.softmax(heat.flatten(2), -1) @ grid  # [B, K, 2]
+        return points.reshape(b, 1, 2 * k)
+
+
 def _build_tower(cfg: VisionTowerConfig, image_size: int, attn_implementation: str) -> nn.Module:
+    if cfg.kind == "keypoints":
+        return KeypointStem(cfg)
     common = dict(
         hidden_size=cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
@@ -121,7 +146,10 @@ def _run_tower(
     film: FiLM | None,
     language: torch.Tensor | None,
 ) -> torch.Tensor:
-    """Patch features of the second-to-last block: ``[B, 3, S, S]`` -> ``[B, P, D]``."""
+    """Patch features of the second-to-last block (a keypoints tower: its one token): ``[B, 3, S, S]`` ->
+    ``[B, P, D]``."""
+    if cfg.kind == "keypoints":
+        return tower(pixels)
     h = tower.embeddings(pixels)
     if cfg.kind == "dinov2_reg":
         layers = tower.encoder.layer
@@ -170,6 +198,10 @@ class PrismaticBackbone(nn.Module):
             attn_implementation=attn_implementation,
         )
         self.language_model = LlamaForCausalLM(llama_cfg)
+        if use_film and cfg.vision_stem == "keypoints":
+            raise ValueError(
+                "use_film conditions ViT blocks; the keypoints vision_stem has none: set use_film false"
+            )
         self.film = (
             nn.ModuleList(FiLM(llm_dim, t.hidden_size, t.num_layers - 1) for t in cfg.vision_towers)
             if use_film

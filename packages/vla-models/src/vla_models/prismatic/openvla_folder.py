@@ -39,6 +39,7 @@ BACKBONE_KEYS = {
     "image_size": lambda b: b.image_size,
     "patch_size": lambda b: b.vision_towers[0].patch_size,
     "hidden_size": lambda b: b.text.hidden_size,
+    "vision_stem": lambda b: b.vision_stem,
 }
 # the family of a config saved before configs named theirs
 UNNAMED_SAVED_FAMILY = "openvla"
